@@ -1,0 +1,22 @@
+//! prefill-guard: refuses prompts that SGLang's prefill KV pool cannot hold,
+//! counted exactly as SGLang 0.5.23 counts them, before a byte reaches upstream.
+//!
+//! The flow is one way: `server` (listeners) → `inspect` (HTTP request → prompt
+//! units, or a refusal) → `count` (units → token counts; no HTTP in there) →
+//! `policy` (counts + limit → verdict) → `proxy` (forward the checked body) or
+//! `errors` (refusal → status, body, metric label). `guard` ties the middle
+//! three together so every adapter shares one decision core.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod count;
+pub mod errors;
+pub mod guard;
+pub mod hub;
+pub mod inspect;
+pub mod logging;
+pub mod metrics;
+pub mod policy;
+pub mod proxy;
+pub mod server;
