@@ -65,7 +65,7 @@ impl ChatTemplate {
             map.insert(k.clone(), v.clone());
         }
         let tmpl = self.env.get_template("chat").map_err(|e| TemplateError(e.to_string()))?;
-        tmpl.render(minijinja::Value::from_serialize(Value::Object(map))).map_err(|e| TemplateError(e.to_string()))
+        tmpl.render(minijinja::Value::from(minijinja::value::Serde(Value::Object(map)))).map_err(|e| TemplateError(e.to_string()))
     }
 }
 
