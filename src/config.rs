@@ -1,1 +1,293 @@
-//! config
+//! Typed configuration, validated once at start-up. Sources, lowest to highest
+//! precedence: the TOML file (`--config`), `PREFILL_GUARD_*` variables, flags.
+//! The flags and variables are declared in `cli.rs`; this module owns the
+//! shape, the defaults and the validation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The effective configuration of `prefill-guard serve`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    /// Base URL of SGLang or its router, e.g. `http://router:30000`.
+    pub upstream: http::Uri,
+    pub models: Vec<ModelConfig>,
+    /// Requests with a larger body are refused with 413 before they are parsed.
+    pub max_body_bytes: usize,
+    /// Time to connect to the upstream.
+    pub upstream_connect_timeout: Duration,
+    /// Time from forwarding a request to the upstream's response headers.
+    /// Streaming bodies are not limited by it.
+    pub upstream_response_timeout: Duration,
+    /// Threads that tokenize (off the async runtime).
+    pub count_workers: usize,
+    /// Requests allowed to wait for a counting thread; beyond it the guard sheds with 503.
+    pub count_queue: usize,
+    pub log_format: LogFormat,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+/// One served model: how to count its prompts and where its limit comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The served name clients put in `model`. With one model configured it is
+    /// informational: every request is counted with that model, as a
+    /// single-model SGLang does.
+    pub name: String,
+    /// A local directory or a Hugging Face model id.
+    pub tokenizer: String,
+    /// Hugging Face revision when `tokenizer` is a model id.
+    pub revision: String,
+    /// SGLang's `max_req_input_len`: prompts with `L >= limit` are refused.
+    pub max_req_input_len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// The TOML file, and the overlay built from variables and flags. Every field is
+/// optional so layers can be merged; `Config::resolve` applies defaults and checks.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
+    pub upstream: Option<String>,
+    pub max_body_bytes: Option<usize>,
+    pub upstream_connect_timeout_ms: Option<u64>,
+    pub upstream_response_timeout_secs: Option<u64>,
+    pub count_workers: Option<usize>,
+    pub count_queue: Option<usize>,
+    pub log_format: Option<LogFormat>,
+    pub shutdown_grace_secs: Option<u64>,
+    /// Applies to every model that does not set its own.
+    pub safety_margin_tokens: Option<usize>,
+    /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
+    #[serde(flatten)]
+    pub model: RawModel,
+    #[serde(default)]
+    pub models: Vec<RawModel>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    #[serde(alias = "served_model_name")]
+    pub name: Option<String>,
+    pub tokenizer: Option<String>,
+    pub revision: Option<String>,
+    pub max_req_input_len: Option<usize>,
+    /// SGLang's `max_total_num_tokens` of the prefill server (its KV pool).
+    pub prefill_pool_tokens: Option<usize>,
+    /// SGLang's `context_len`.
+    pub context_length: Option<usize>,
+    pub safety_margin_tokens: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
+pub const DEFAULT_ADMIN_LISTEN: &str = "0.0.0.0:9000";
+/// A 1M-token prompt is about 4 MiB of text; JSON escaping can double it.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+impl RawConfig {
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
+    }
+
+    /// `over` wins wherever it sets a value.
+    pub fn merge(self, over: RawConfig) -> RawConfig {
+        RawConfig {
+            listen: over.listen.or(self.listen),
+            admin_listen: over.admin_listen.or(self.admin_listen),
+            upstream: over.upstream.or(self.upstream),
+            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
+            upstream_connect_timeout_ms: over.upstream_connect_timeout_ms.or(self.upstream_connect_timeout_ms),
+            upstream_response_timeout_secs: over
+                .upstream_response_timeout_secs
+                .or(self.upstream_response_timeout_secs),
+            count_workers: over.count_workers.or(self.count_workers),
+            count_queue: over.count_queue.or(self.count_queue),
+            log_format: over.log_format.or(self.log_format),
+            shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
+            safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
+            model: RawModel {
+                name: over.model.name.or(self.model.name),
+                tokenizer: over.model.tokenizer.or(self.model.tokenizer),
+                revision: over.model.revision.or(self.model.revision),
+                max_req_input_len: over.model.max_req_input_len.or(self.model.max_req_input_len),
+                prefill_pool_tokens: over.model.prefill_pool_tokens.or(self.model.prefill_pool_tokens),
+                context_length: over.model.context_length.or(self.model.context_length),
+                safety_margin_tokens: over.model.safety_margin_tokens.or(self.model.safety_margin_tokens),
+            },
+            models: if over.models.is_empty() { self.models } else { over.models },
+        }
+    }
+}
+
+impl RawModel {
+    fn is_empty(&self) -> bool {
+        self == &RawModel::default()
+    }
+
+    fn resolve(&self, global_margin: Option<usize>, index: usize) -> Result<ModelConfig, ConfigError> {
+        let tokenizer = self
+            .tokenizer
+            .clone()
+            .ok_or_else(|| ConfigError(format!("model #{index}: `tokenizer` is required")))?;
+        let name = self.name.clone().unwrap_or_else(|| tokenizer.clone());
+        let base = match (self.max_req_input_len, self.prefill_pool_tokens, self.context_length) {
+            (Some(m), _, _) => m,
+            (None, Some(p), Some(c)) => max_req_input_len_from(c, p).ok_or_else(|| {
+                ConfigError(format!("model `{name}`: prefill_pool_tokens and context_length are too small"))
+            })?,
+            (None, Some(_), None) | (None, None, Some(_)) => {
+                return Err(ConfigError(format!(
+                    "model `{name}`: set both prefill_pool_tokens and context_length, or max_req_input_len"
+                )))
+            }
+            (None, None, None) => {
+                return Err(ConfigError(format!(
+                    "model `{name}`: no prompt limit; set max_req_input_len (the prefill server's \
+                     /server_info reports it), or prefill_pool_tokens and context_length"
+                )))
+            }
+        };
+        let margin = self.safety_margin_tokens.or(global_margin).unwrap_or(0);
+        let max_req_input_len = base.checked_sub(margin).filter(|m| *m > 0).ok_or_else(|| {
+            ConfigError(format!("model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"))
+        })?;
+        Ok(ModelConfig {
+            name,
+            tokenizer,
+            revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
+            max_req_input_len,
+        })
+    }
+}
+
+/// SGLang's `max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5`
+/// (`tp_worker.py::get_worker_info`).
+pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize) -> Option<usize> {
+    context_length
+        .checked_sub(1)?
+        .min(prefill_pool_tokens.checked_sub(1)?)
+        .checked_sub(5)
+        .filter(|m| *m > 0)
+}
+
+impl Config {
+    pub fn resolve(raw: RawConfig) -> Result<Config, ConfigError> {
+        let upstream_text = raw.upstream.clone().ok_or_else(|| ConfigError("`upstream` is required".into()))?;
+        let upstream: http::Uri =
+            upstream_text.parse().map_err(|e| ConfigError(format!("upstream `{upstream_text}`: {e}")))?;
+        if upstream.scheme_str() != Some("http") || upstream.authority().is_none() {
+            return Err(ConfigError(format!("upstream `{upstream_text}` must be an http:// base URL")));
+        }
+        let mut models = Vec::new();
+        if !raw.model.is_empty() {
+            models.push(raw.model.resolve(raw.safety_margin_tokens, 0)?);
+        }
+        for (i, m) in raw.models.iter().enumerate() {
+            models.push(m.resolve(raw.safety_margin_tokens, i + models.len())?);
+        }
+        if models.is_empty() {
+            return Err(ConfigError("no model configured: set `tokenizer` and `max_req_input_len`".into()));
+        }
+        let mut names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ConfigError(format!("model name `{}` is configured twice", w[0])));
+        }
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let count_workers = raw.count_workers.unwrap_or(cores);
+        if count_workers == 0 {
+            return Err(ConfigError("count_workers must be at least 1".into()));
+        }
+        Ok(Config {
+            listen: raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
+            admin_listen: raw.admin_listen.unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default")),
+            upstream,
+            models,
+            max_body_bytes: raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            upstream_connect_timeout: Duration::from_millis(raw.upstream_connect_timeout_ms.unwrap_or(5_000)),
+            upstream_response_timeout: Duration::from_secs(raw.upstream_response_timeout_secs.unwrap_or(600)),
+            count_workers,
+            count_queue: raw.count_queue.unwrap_or(count_workers * 32),
+            log_format: raw.log_format.unwrap_or_default(),
+            shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
+        })
+    }
+
+    /// Loads the TOML file at `path` (if any) and overlays `over`.
+    pub fn load(path: Option<&PathBuf>, over: RawConfig) -> Result<Config, ConfigError> {
+        let base = match path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError(format!("{}: {e}", p.display())))?;
+                RawConfig::from_toml(&text).map_err(|e| ConfigError(format!("{}: {}", p.display(), e.0)))?
+            }
+            None => RawConfig::default(),
+        };
+        Config::resolve(base.merge(over))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_from_pool_and_context_matches_sglang() {
+        // The worked example of SGLang issue #30233.
+        assert_eq!(max_req_input_len_from(1_048_576, 284_928), Some(284_922));
+        // A pool larger than the context: the context decides.
+        assert_eq!(max_req_input_len_from(32_768, 1_000_000), Some(32_762));
+        assert_eq!(max_req_input_len_from(6, 100), None);
+    }
+
+    #[test]
+    fn refuses_to_start_without_a_limit() {
+        let raw = RawConfig {
+            upstream: Some("http://127.0.0.1:1".into()),
+            model: RawModel { tokenizer: Some("t".into()), ..Default::default() },
+            ..Default::default()
+        };
+        let err = Config::resolve(raw).unwrap_err();
+        assert!(err.0.contains("no prompt limit"), "{err}");
+    }
+
+    #[test]
+    fn margin_and_layers() {
+        let file = RawConfig::from_toml(
+            "upstream = \"http://router:30000\"\nsafety_margin_tokens = 10\n\
+             [[models]]\nname = \"a\"\ntokenizer = \"/m/a\"\nprefill_pool_tokens = 681280\ncontext_length = 1048576\n\
+             [[models]]\nname = \"b\"\ntokenizer = \"/m/b\"\nmax_req_input_len = 1000\nsafety_margin_tokens = 0\n",
+        )
+        .unwrap();
+        let flags = RawConfig { max_body_bytes: Some(7), ..Default::default() };
+        let cfg = Config::resolve(file.merge(flags)).unwrap();
+        assert_eq!(cfg.max_body_bytes, 7);
+        assert_eq!(cfg.models[0].max_req_input_len, 681_274 - 10);
+        assert_eq!(cfg.models[1].max_req_input_len, 1000);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        assert!(RawConfig::from_toml("upstrem = \"x\"").is_err());
+    }
+}

@@ -1,1 +1,251 @@
-//! errors
+//! Every refusal the guard can give, and the one place that turns it into an
+//! HTTP status, a body in the route's native error shape and a metric label.
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::json;
+
+use crate::count::CountError;
+use crate::inspect::Route;
+
+/// Why a request is not forwarded. Counting, policy and the adapters all
+/// speak this type; nothing else decides a status code.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Reason {
+    /// `L >= max_req_input_len`: SGLang's prefill scheduler would stub it out.
+    #[error("prompt of {tokens} tokens does not fit the limit of {limit} (refused at >= {limit})")]
+    TooLong { tokens: usize, limit: usize },
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("duplicate key {0:?} in the JSON body")]
+    DuplicateKey(String),
+    /// Valid JSON that SGLang would refuse (wrong types, failed request checks).
+    #[error("{message}")]
+    InvalidRequest { message: String, param: Option<&'static str> },
+    #[error("the chat template failed to render: {0}")]
+    Template(String),
+    /// Content whose token length the guard cannot see in the body.
+    #[error("{0}")]
+    Unmeasurable(String),
+    #[error("the model `{0}` does not exist")]
+    UnknownModel(String),
+    #[error("route {path} is not allowed through prefill-guard")]
+    RouteNotAllowed { path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("request target is not canonical: {0}")]
+    BadPath(String),
+    #[error("request body is larger than {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// No limit is known for the model (discovery has not succeeded yet).
+    #[error("no prompt limit is known for model `{0}` yet")]
+    LimitUnknown(String),
+    #[error("the guard is overloaded")]
+    Overloaded,
+    #[error("upstream unavailable: {0}")]
+    UpstreamUnavailable(String),
+    #[error("upstream timed out")]
+    UpstreamTimeout,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<CountError> for Reason {
+    fn from(e: CountError) -> Self {
+        match e {
+            CountError::Invalid { message, param } => Reason::InvalidRequest { message, param },
+            CountError::Template(m) => Reason::Template(m),
+            CountError::Unsupported(m) => Reason::Unmeasurable(m),
+            e @ (CountError::NoTokenizer | CountError::Tokenizer(_)) => Reason::Internal(e.to_string()),
+        }
+    }
+}
+
+impl Reason {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Reason::TooLong { .. }
+            | Reason::InvalidJson(_)
+            | Reason::DuplicateKey(_)
+            | Reason::InvalidRequest { .. }
+            | Reason::Template(_)
+            | Reason::Unmeasurable(_)
+            | Reason::BadPath(_) => StatusCode::BAD_REQUEST,
+            Reason::UnknownModel(_) | Reason::RouteNotAllowed { .. } => StatusCode::NOT_FOUND,
+            Reason::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Reason::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Reason::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Reason::LimitUnknown(_) | Reason::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Reason::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
+            Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            Reason::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `reason` label of `prefill_guard_rejections_total`, and the OpenAI `code`
+    /// for everything but a too-long prompt and an unknown model.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Reason::TooLong { .. } => "context_length_exceeded",
+            Reason::InvalidJson(_) => "invalid_json",
+            Reason::DuplicateKey(_) => "duplicate_key",
+            Reason::InvalidRequest { .. } => "invalid_request",
+            Reason::Template(_) => "template_error",
+            Reason::Unmeasurable(_) => "unmeasurable_content",
+            Reason::UnknownModel(_) => "model_not_found",
+            Reason::RouteNotAllowed { .. } => "route_not_allowed",
+            Reason::MethodNotAllowed { .. } => "method_not_allowed",
+            Reason::BadPath(_) => "bad_path",
+            Reason::BodyTooLarge { .. } => "body_too_large",
+            Reason::UnsupportedMediaType(_) => "unsupported_media_type",
+            Reason::LimitUnknown(_) => "limit_unknown",
+            Reason::Overloaded => "overloaded",
+            Reason::UpstreamUnavailable(_) => "upstream_unavailable",
+            Reason::UpstreamTimeout => "upstream_timeout",
+            Reason::Internal(_) => "internal_error",
+        }
+    }
+
+    /// Refusals that are the guard's or upstream's fault rather than the client's.
+    pub fn is_server_side(&self) -> bool {
+        self.status().is_server_error()
+    }
+
+    /// The client-facing message. Never contains prompt text: only counts,
+    /// limits, names of fields and routes.
+    pub fn message(&self, route: Option<Route>) -> String {
+        match self {
+            Reason::TooLong { tokens, limit } => {
+                // SGLang refuses at `L >= max_req_input_len`, so the largest prompt
+                // that is served is one less; that is the number a client can budget with.
+                let max = limit.saturating_sub(1);
+                match route {
+                    Some(Route::Generate) => format!(
+                        "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
+                         Use a shorter input."
+                    ),
+                    Some(Route::Completions) => format!(
+                        "This model's maximum context length is {max} tokens. However, your prompt \
+                         resulted in {tokens} tokens. Please reduce the length of the prompt."
+                    ),
+                    _ => format!(
+                        "This model's maximum context length is {max} tokens. However, your messages \
+                         resulted in {tokens} tokens. Please reduce the length of the messages."
+                    ),
+                }
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// The JSON error body in the native shape of `route` (OpenAI's envelope on
+    /// `/v1/*` and for routes the guard does not model, SGLang's on `/generate`).
+    pub fn body(&self, route: Option<Route>) -> Bytes {
+        let message = self.message(route);
+        let value = match route {
+            Some(Route::Generate) => json!({ "error": { "message": message } }),
+            _ => {
+                let (param, code) = match self {
+                    Reason::TooLong { .. } => (route.map(Route::prompt_param), self.label()),
+                    Reason::InvalidRequest { param, .. } => (*param, self.label()),
+                    _ => (None, self.label()),
+                };
+                json!({ "error": {
+                    "message": message,
+                    "type": self.error_type(),
+                    "param": param,
+                    "code": code,
+                }})
+            }
+        };
+        Bytes::from(serde_json::to_vec(&value).expect("a json! value serialises"))
+    }
+
+    fn error_type(&self) -> &'static str {
+        match self.status() {
+            StatusCode::NOT_FOUND => "not_found_error",
+            s if s.is_client_error() => "invalid_request_error",
+            StatusCode::SERVICE_UNAVAILABLE => "service_unavailable_error",
+            _ => "server_error",
+        }
+    }
+
+    /// Refusals after which the connection must not be reused (framing errors).
+    pub fn closes_connection(&self) -> bool {
+        false
+    }
+
+    /// Seconds a client should wait before retrying, for load shedding.
+    pub fn retry_after(&self) -> Option<u32> {
+        match self {
+            Reason::Overloaded => Some(1),
+            Reason::LimitUnknown(_) => Some(5),
+            _ => None,
+        }
+    }
+}
+
+/// A refusal bound to the route it happened on (so the body takes that route's shape).
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub reason: Reason,
+    pub route: Option<Route>,
+}
+
+impl Refusal {
+    pub fn new(reason: Reason, route: Option<Route>) -> Self {
+        Self { reason, route }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.reason.status()
+    }
+
+    pub fn body(&self) -> Bytes {
+        self.reason.body(self.route)
+    }
+
+    pub fn label(&self) -> &'static str {
+        self.reason.label()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_long_on_chat_is_openai_context_length_exceeded() {
+        let r = Reason::TooLong { tokens: 130, limit: 100 };
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::ChatCompletions))).unwrap();
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"], "messages");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("maximum context length is 99 tokens"), "{msg}");
+        assert!(msg.contains("resulted in 130 tokens"), "{msg}");
+    }
+
+    #[test]
+    fn too_long_on_generate_is_sglang_shape() {
+        let r = Reason::TooLong { tokens: 5, limit: 5 };
+        let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::Generate))).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 1);
+        assert_eq!(v["error"].as_object().unwrap().len(), 1);
+        assert!(v["error"]["message"].as_str().unwrap().contains("Input length (5 tokens)"));
+    }
+
+    #[test]
+    fn statuses_follow_the_contract() {
+        assert_eq!(Reason::UnknownModel("x".into()).status(), 404);
+        assert_eq!(Reason::UnknownModel("x".into()).label(), "model_not_found");
+        assert_eq!(Reason::BodyTooLarge { limit: 1 }.status(), 413);
+        assert_eq!(Reason::UpstreamUnavailable("reset".into()).status(), 502);
+        assert_eq!(Reason::UpstreamTimeout.status(), 504);
+        assert_eq!(Reason::Overloaded.status(), 503);
+        assert_eq!(Reason::DuplicateKey("a".into()).status(), 400);
+    }
+}

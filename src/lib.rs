@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod config;
 pub mod count;
+pub mod demo;
 pub mod errors;
 pub mod guard;
 pub mod hub;
