@@ -1,1 +1,242 @@
-//! cli
+//! The command line: `serve`, `count`, `demo-model`. Every `serve` flag is also
+//! a `PREFILL_GUARD_*` variable and a key of the TOML file (`config.rs`).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use crate::config::{Config, LogFormat, RawConfig, RawModel};
+use crate::count::{Clock, ModelCounter, Unit};
+use crate::errors::Reason;
+use crate::hub::{self, HubSettings};
+use crate::inspect::{self, json as strict_json, Route};
+
+#[derive(Debug, Parser)]
+#[command(name = "prefill-guard", version, about = "Refuses prompts SGLang's prefill pool cannot hold, counted exactly as SGLang counts them")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the guard as a reverse proxy in front of SGLang or its router.
+    Serve(Box<ServeArgs>),
+    /// Count request bodies offline, one JSON line per file.
+    Count(CountArgs),
+    /// Write a tiny self-contained model directory (for the quick start and tests).
+    DemoModel {
+        /// Directory to create.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// TOML configuration file; flags and variables override it.
+    #[arg(long, env = "PREFILL_GUARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the proxy listener (HTTP/1.1 and h2c).
+    #[arg(long, env = "PREFILL_GUARD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Address of /metrics, /healthz and /readyz; never the proxy port.
+    #[arg(long, env = "PREFILL_GUARD_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
+    /// Base URL of SGLang or its router.
+    #[arg(long, env = "PREFILL_GUARD_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// Model directory or Hugging Face model id (single-model shorthand).
+    #[arg(long, env = "PREFILL_GUARD_TOKENIZER")]
+    pub tokenizer: Option<String>,
+    /// Hugging Face revision of `--tokenizer`.
+    #[arg(long, env = "PREFILL_GUARD_REVISION")]
+    pub revision: Option<String>,
+    /// The served model name (informational with one model).
+    #[arg(long, env = "PREFILL_GUARD_SERVED_MODEL_NAME")]
+    pub served_model_name: Option<String>,
+    /// SGLang's max_req_input_len of the prefill server: prompts with L >= N are refused.
+    #[arg(long, env = "PREFILL_GUARD_MAX_REQ_INPUT_LEN")]
+    pub max_req_input_len: Option<usize>,
+    /// The prefill server's KV pool (max_total_num_tokens); with --context-length.
+    #[arg(long, env = "PREFILL_GUARD_PREFILL_POOL_TOKENS")]
+    pub prefill_pool_tokens: Option<usize>,
+    /// The model's context length; with --prefill-pool-tokens.
+    #[arg(long, env = "PREFILL_GUARD_CONTEXT_LENGTH")]
+    pub context_length: Option<usize>,
+    /// Tokens subtracted from every limit on top.
+    #[arg(long, env = "PREFILL_GUARD_SAFETY_MARGIN_TOKENS")]
+    pub safety_margin_tokens: Option<usize>,
+    #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES")]
+    pub max_body_bytes: Option<usize>,
+    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_CONNECT_TIMEOUT_MS")]
+    pub upstream_connect_timeout_ms: Option<u64>,
+    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
+    pub upstream_response_timeout_secs: Option<u64>,
+    /// Counting threads (default: the number of cores).
+    #[arg(long, env = "PREFILL_GUARD_COUNT_WORKERS")]
+    pub count_workers: Option<usize>,
+    /// Requests that may wait for a counting thread before the guard sheds with 503.
+    #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE")]
+    pub count_queue: Option<usize>,
+    #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, env = "PREFILL_GUARD_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The overlay of flags and variables on top of the file.
+    pub fn overlay(&self) -> RawConfig {
+        RawConfig {
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            upstream: self.upstream.clone(),
+            max_body_bytes: self.max_body_bytes,
+            upstream_connect_timeout_ms: self.upstream_connect_timeout_ms,
+            upstream_response_timeout_secs: self.upstream_response_timeout_secs,
+            count_workers: self.count_workers,
+            count_queue: self.count_queue,
+            log_format: self.log_format,
+            shutdown_grace_secs: self.shutdown_grace_secs,
+            safety_margin_tokens: self.safety_margin_tokens,
+            model: RawModel {
+                name: self.served_model_name.clone(),
+                tokenizer: self.tokenizer.clone(),
+                revision: self.revision.clone(),
+                max_req_input_len: self.max_req_input_len,
+                prefill_pool_tokens: self.prefill_pool_tokens,
+                context_length: self.context_length,
+                safety_margin_tokens: None,
+            },
+            models: Vec::new(),
+        }
+    }
+
+    pub fn load_config(&self) -> Result<Config, crate::config::ConfigError> {
+        Config::load(self.config.as_ref(), self.overlay())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CountArgs {
+    /// Model directory or Hugging Face model id.
+    #[arg(long)]
+    pub tokenizer: String,
+    #[arg(long, default_value = "main")]
+    pub revision: String,
+    /// The route the bodies are sent to.
+    #[arg(long, default_value = "/v1/chat/completions")]
+    pub route: String,
+    /// Pins `strftime_now` (YYYY-MM-DD, or YYYY-MM-DDTHH:MM:SS) for reproducible counts.
+    #[arg(long)]
+    pub date: Option<String>,
+    /// Print the chat prompt after preprocessing and template instead of counting.
+    #[arg(long)]
+    pub print_rendered: bool,
+    /// Request bodies (JSON files).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Loads a model by directory or Hub id.
+pub async fn load_model(spec: &str, revision: &str) -> anyhow::Result<ModelCounter> {
+    let dir = hub::resolve(spec, revision, &HubSettings::from_env()).await?;
+    Ok(ModelCounter::load(&dir)?)
+}
+
+fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {
+    if let Ok(t) = chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S") {
+        return Ok(t);
+    }
+    let d = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map_err(|e| anyhow::anyhow!("--date {text}: expected YYYY-MM-DD ({e})"))?;
+    Ok(d.and_hms_opt(0, 0, 0).expect("midnight exists"))
+}
+
+/// `prefill-guard count`: one JSON line per file, in order. Returns whether
+/// every file was counted (the exit status is 1 otherwise).
+pub async fn count(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<bool> {
+    let route_path = inspect::path::canonical_path(&args.route.parse()?)
+        .map_err(|e| anyhow::anyhow!("--route {}: {e}", args.route))?;
+    let route = Route::from_path(&route_path)
+        .ok_or_else(|| anyhow::anyhow!("--route {route_path}: not a route the guard counts"))?;
+    let clock = match &args.date {
+        Some(d) => Clock::Fixed(parse_date(d)?),
+        None => Clock::Local,
+    };
+    let counter = load_model(&args.tokenizer, &args.revision).await?;
+    let mut all_ok = true;
+    for file in &args.files {
+        let line = match count_file(&counter, route, file, clock, args.print_rendered) {
+            Ok(v) => v,
+            Err(reason) => {
+                all_ok = false;
+                json!({ "error": {
+                    "file": file.display().to_string(),
+                    "code": reason.label(),
+                    "status": reason.status().as_u16(),
+                    "message": reason.message(Some(route)),
+                }})
+            }
+        };
+        writeln!(out, "{line}")?;
+    }
+    Ok(all_ok)
+}
+
+fn count_file(counter: &ModelCounter, route: Route, file: &Path, clock: Clock, rendered: bool) -> Result<Value, Reason> {
+    let body = std::fs::read(file).map_err(|e| Reason::InvalidRequest {
+        message: format!("cannot read {}: {e}", file.display()),
+        param: None,
+    })?;
+    let value = Arc::new(strict_json::parse_strict(&body)?);
+    if rendered {
+        if route != Route::ChatCompletions {
+            return Err(Reason::InvalidRequest {
+                message: "--print-rendered applies to /v1/chat/completions".into(),
+                param: None,
+            });
+        }
+        return Ok(json!({ "rendered": counter.render_chat(&value, clock)? }));
+    }
+    let request = inspect::extract(route, value.clone())?;
+    let counts = request
+        .units
+        .iter()
+        .map(|u| counter.count(u, clock))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(if is_batch(route, &value, &request.units) { json!({ "tokens": counts }) } else { json!({ "tokens": counts[0] }) })
+}
+
+/// A request is a batch when its prompt field is a list of prompts, even a
+/// list of one: the answer then has one count per element.
+fn is_batch(route: Route, body: &Value, units: &[Unit]) -> bool {
+    let field = match route {
+        Route::ChatCompletions => return false,
+        Route::Completions => &body["prompt"],
+        Route::Generate => ["text", "input_ids", "input_embeds"]
+            .iter()
+            .map(|k| &body[*k])
+            .find(|v| !v.is_null())
+            .unwrap_or(&Value::Null),
+    };
+    match (route, field) {
+        (_, Value::Array(items)) if items.iter().all(Value::is_string) => true,
+        (Route::Generate, Value::Array(items)) if matches!(units.first(), Some(Unit::Embeds(_))) => {
+            items.first().and_then(|r| r.as_array()).and_then(|r| r.first()).is_some_and(Value::is_array)
+        }
+        (_, Value::Array(items)) => items.first().is_some_and(Value::is_array),
+        _ => false,
+    }
+}
+
+/// `prefill-guard serve`: load every model, then run until SIGTERM or Ctrl-C.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let _ = config;
+    anyhow::bail!("serve is being wired")
+}
