@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, and every test, including
+# the golden counts against ../shared. CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The golden and template tests read the fixtures in ../shared (override with
+# PREFILL_GUARD_SHARED). Under CI they are required: a missing path fails.
+export PREFILL_GUARD_SHARED="${PREFILL_GUARD_SHARED:-$(cd .. && pwd)/shared}"
+
+./scripts/install-test-deps.sh
+
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --all-targets --locked
