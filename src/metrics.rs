@@ -1,1 +1,400 @@
-//! metrics
+//! Prometheus metrics, served on the admin listener only.
+//!
+//! Hand-rolled rather than `prometheus-client`: that crate writes only the
+//! OpenMetrics text format, whose counter naming (`# TYPE x counter` over
+//! `x_total` samples) `promtool check metrics` rejects. This writes the
+//! classic text format (0.0.4) that every Prometheus and promtool read.
+//!
+//! Label values come from closed sets only (known routes or `other`,
+//! configured model names, `Reason::label()`), so cardinality stays bounded
+//! whatever clients send.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Powers of two from 16 to 4Mi: prompts range from a few tokens to millions.
+fn token_buckets() -> Vec<f64> {
+    (4..=22).map(|p| f64::from(1u32 << p)).collect()
+}
+
+const COUNT_SECONDS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Time to response headers includes SGLang's queueing and, for non-streamed
+/// answers, the whole generation: minutes are normal.
+const UPSTREAM_SECONDS_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// Whether the guard let a request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    Refused,
+}
+
+impl Decision {
+    fn label(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Refused => "refused",
+        }
+    }
+}
+
+pub struct Metrics {
+    version: String,
+    requests: CounterVec,
+    rejections: CounterVec,
+    upstream_errors: CounterVec,
+    prompt_tokens: HistogramVec,
+    count_seconds: HistogramVec,
+    upstream_seconds: HistogramVec,
+    in_flight: Arc<AtomicI64>,
+}
+
+impl Metrics {
+    pub fn new(version: impl Into<String>) -> Self {
+        Self {
+            version: version.into(),
+            requests: CounterVec::new(
+                "prefill_guard_requests_total",
+                "Requests on the proxy listener, by the guard's decision.",
+                &["route", "model", "decision"],
+            ),
+            rejections: CounterVec::new(
+                "prefill_guard_rejections_total",
+                "Requests the guard refused, by reason.",
+                &["route", "model", "reason"],
+            ),
+            upstream_errors: CounterVec::new(
+                "prefill_guard_upstream_errors_total",
+                "Allowed requests the upstream did not answer (502/504 from the guard), by reason.",
+                &["route", "model", "reason"],
+            ),
+            prompt_tokens: HistogramVec::new(
+                "prefill_guard_prompt_tokens",
+                "Counted prompt tokens (the largest unit of a batch), allowed and refused.",
+                &["route", "model"],
+                token_buckets(),
+            ),
+            count_seconds: HistogramVec::new(
+                "prefill_guard_count_duration_seconds",
+                "Time spent counting a request's prompt, queueing for a counting thread included.",
+                &["route", "model"],
+                COUNT_SECONDS_BUCKETS.to_vec(),
+            ),
+            upstream_seconds: HistogramVec::new(
+                "prefill_guard_upstream_duration_seconds",
+                "Time from forwarding a request to the upstream's response headers.",
+                &["route"],
+                UPSTREAM_SECONDS_BUCKETS.to_vec(),
+            ),
+            in_flight: Arc::new(AtomicI64::new(0)),
+        }
+    }
+
+    pub fn request(&self, route: &str, model: &str, decision: Decision) {
+        self.requests.inc(&[route, model, decision.label()]);
+    }
+
+    pub fn rejection(&self, route: &str, model: &str, reason: &'static str) {
+        self.rejections.inc(&[route, model, reason]);
+    }
+
+    pub fn upstream_error(&self, route: &str, model: &str, reason: &'static str) {
+        self.upstream_errors.inc(&[route, model, reason]);
+    }
+
+    pub fn prompt_tokens(&self, route: &str, model: &str, tokens: usize) {
+        self.prompt_tokens.observe(&[route, model], tokens as f64);
+    }
+
+    pub fn count_duration(&self, route: &str, model: &str, took: Duration) {
+        self.count_seconds
+            .observe(&[route, model], took.as_secs_f64());
+    }
+
+    pub fn upstream_duration(&self, route: &str, took: Duration) {
+        self.upstream_seconds.observe(&[route], took.as_secs_f64());
+    }
+
+    /// Counts a request as in flight until the returned token is dropped. The
+    /// token travels with a streamed response body, so an SSE answer counts
+    /// until its last byte is sent or its client goes away.
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self.in_flight.clone())
+    }
+
+    /// The text exposition. `limits` are read at scrape time because they may
+    /// change while the guard runs (discovery, reload).
+    pub fn render(&self, limits: &[(String, usize)]) -> String {
+        let mut out = String::new();
+        self.requests.render(&mut out);
+        self.rejections.render(&mut out);
+        self.upstream_errors.render(&mut out);
+        self.prompt_tokens.render(&mut out);
+        self.count_seconds.render(&mut out);
+        self.upstream_seconds.render(&mut out);
+        header(
+            &mut out,
+            "prefill_guard_limit_tokens",
+            "The effective max_req_input_len per model: prompts with L >= it are refused.",
+            "gauge",
+        );
+        for (model, limit) in limits {
+            let _ = writeln!(
+                out,
+                "prefill_guard_limit_tokens{} {limit}",
+                labels(&["model"], &[model], None)
+            );
+        }
+        header(
+            &mut out,
+            "prefill_guard_in_flight_requests",
+            "Requests being handled, streamed responses included.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "prefill_guard_in_flight_requests {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        header(
+            &mut out,
+            "prefill_guard_build_info",
+            "Always 1; the labels describe the running build.",
+            "gauge",
+        );
+        let _ = writeln!(
+            out,
+            "prefill_guard_build_info{} 1",
+            labels(&["version"], &[&self.version], None)
+        );
+        out
+    }
+}
+
+/// See [`Metrics::in_flight`].
+pub struct InFlight(Arc<AtomicI64>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+// === text format ===
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// `{a="x",b="y"}`, with `le` appended for histogram buckets.
+fn labels(names: &[&str], values: &[&str], le: Option<&str>) -> String {
+    let pairs: Vec<String> = names
+        .iter()
+        .zip(values)
+        .map(|(n, v)| format!("{n}=\"{}\"", escape_label(v)))
+        .chain(le.map(|le| format!("le=\"{le}\"")))
+        .collect();
+    if pairs.is_empty() {
+        String::new()
+    } else {
+        format!("{{{}}}", pairs.join(","))
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Metric updates hold the lock for a map lookup and an add; a panic while
+/// holding it cannot leave a value half-written, so a poisoned lock is used as is.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct CounterVec {
+    name: &'static str,
+    help: &'static str,
+    label_names: &'static [&'static str],
+    values: Mutex<BTreeMap<Vec<String>, u64>>,
+}
+
+impl CounterVec {
+    fn new(name: &'static str, help: &'static str, label_names: &'static [&'static str]) -> Self {
+        Self {
+            name,
+            help,
+            label_names,
+            values: Mutex::default(),
+        }
+    }
+
+    fn inc(&self, label_values: &[&str]) {
+        let key = label_values.iter().map(|v| v.to_string()).collect();
+        *lock(&self.values).entry(key).or_default() += 1;
+    }
+
+    fn render(&self, out: &mut String) {
+        header(out, self.name, self.help, "counter");
+        for (key, value) in lock(&self.values).iter() {
+            let values: Vec<&str> = key.iter().map(String::as_str).collect();
+            let _ = writeln!(
+                out,
+                "{}{} {value}",
+                self.name,
+                labels(self.label_names, &values, None)
+            );
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Histogram {
+    /// Per bucket, not cumulative; the last slot is `+Inf`.
+    buckets: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+struct HistogramVec {
+    name: &'static str,
+    help: &'static str,
+    label_names: &'static [&'static str],
+    bounds: Vec<f64>,
+    values: Mutex<BTreeMap<Vec<String>, Histogram>>,
+}
+
+impl HistogramVec {
+    fn new(
+        name: &'static str,
+        help: &'static str,
+        label_names: &'static [&'static str],
+        bounds: Vec<f64>,
+    ) -> Self {
+        Self {
+            name,
+            help,
+            label_names,
+            bounds,
+            values: Mutex::default(),
+        }
+    }
+
+    fn observe(&self, label_values: &[&str], v: f64) {
+        let key = label_values.iter().map(|v| v.to_string()).collect();
+        let slot = self
+            .bounds
+            .iter()
+            .position(|b| v <= *b)
+            .unwrap_or(self.bounds.len());
+        let mut values = lock(&self.values);
+        let h = values.entry(key).or_insert_with(|| Histogram {
+            buckets: vec![0; self.bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        });
+        h.buckets[slot] += 1;
+        h.sum += v;
+        h.count += 1;
+    }
+
+    fn render(&self, out: &mut String) {
+        header(out, self.name, self.help, "histogram");
+        let snapshot: Vec<(Vec<String>, Histogram)> = lock(&self.values)
+            .iter()
+            .map(|(k, h)| (k.clone(), h.clone()))
+            .collect();
+        for (key, h) in snapshot {
+            let values: Vec<&str> = key.iter().map(String::as_str).collect();
+            let mut cumulative = 0;
+            for (i, n) in h.buckets.iter().enumerate() {
+                cumulative += n;
+                let le = self
+                    .bounds
+                    .get(i)
+                    .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+                let _ = writeln!(
+                    out,
+                    "{}_bucket{} {cumulative}",
+                    self.name,
+                    labels(self.label_names, &values, Some(&le))
+                );
+            }
+            let set = labels(self.label_names, &values, None);
+            let _ = writeln!(
+                out,
+                "{}_sum{set} {}\n{}_count{set} {}",
+                self.name, h.sum, self.name, h.count
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_histograms_and_gauges() {
+        let m = Metrics::new("1.2.3");
+        m.request("/generate", "m", Decision::Refused);
+        m.rejection("/generate", "m", "context_length_exceeded");
+        m.prompt_tokens("/generate", "m", 20);
+        m.prompt_tokens("/generate", "m", 10_000_000);
+        let _held = m.in_flight();
+        let text = m.render(&[("m".into(), 100)]);
+        assert!(text.contains("prefill_guard_requests_total{route=\"/generate\",model=\"m\",decision=\"refused\"} 1\n"));
+        assert!(text.contains(
+            "prefill_guard_rejections_total{route=\"/generate\",model=\"m\",reason=\"context_length_exceeded\"} 1\n"
+        ));
+        assert!(text.contains(
+            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"16\"} 0\n"
+        ));
+        assert!(text.contains(
+            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"32\"} 1\n"
+        ));
+        assert!(text.contains("prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"4194304\"} 1\n"));
+        assert!(text.contains(
+            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"+Inf\"} 2\n"
+        ));
+        assert!(
+            text.contains("prefill_guard_prompt_tokens_count{route=\"/generate\",model=\"m\"} 2\n")
+        );
+        assert!(text.contains("prefill_guard_limit_tokens{model=\"m\"} 100\n"));
+        assert!(text.contains("prefill_guard_in_flight_requests 1\n"));
+        assert!(text.contains("prefill_guard_build_info{version=\"1.2.3\"} 1\n"));
+    }
+
+    #[test]
+    fn in_flight_token_gives_back_on_drop() {
+        let m = Metrics::new("0");
+        drop(m.in_flight());
+        assert!(m
+            .render(&[])
+            .contains("prefill_guard_in_flight_requests 0\n"));
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(
+            labels(&["a"], &["x\"y\\z\nw"], None),
+            "{a=\"x\\\"y\\\\z\\nw\"}"
+        );
+        assert_eq!(labels(&[], &[], None), "");
+    }
+}

@@ -1,1 +1,8 @@
-//! proxy
+//! Forwarding: the upstream client and the header rules at the boundary.
+//! Only bodies the guard allowed (or pass-through requests) get here.
+
+pub mod forward;
+pub mod headers;
+
+pub use forward::Upstream;
+pub use headers::Client;

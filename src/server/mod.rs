@@ -1,1 +1,175 @@
-//! server
+//! The listeners: the proxy port (HTTP/1.1 and h2c) in front of SGLang, and
+//! the admin port (metrics, liveness, readiness). `run` takes listeners that
+//! are already bound, so tests start the real server on `127.0.0.1:0`.
+
+mod admin;
+mod body;
+mod handler;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tracing::Instrument;
+
+use crate::config::{Config, ConfigError};
+use crate::guard::Guard;
+use crate::metrics::Metrics;
+use crate::proxy::{Client, Upstream};
+
+pub use body::ResponseBody;
+
+/// Everything a request needs, shared by every connection.
+pub struct App {
+    pub guard: Guard,
+    pub upstream: Upstream,
+    pub metrics: Metrics,
+    pub max_body_bytes: usize,
+    pub shutdown_grace: Duration,
+}
+
+impl App {
+    /// The guard is built by the caller (it loads tokenizers); the rest comes
+    /// from the configuration.
+    pub fn new(config: &Config, guard: Guard) -> Result<Self, ConfigError> {
+        let upstream = Upstream::new(
+            &config.upstream,
+            config.upstream_connect_timeout,
+            config.upstream_response_timeout,
+        )
+        .map_err(ConfigError)?;
+        Ok(Self {
+            guard,
+            upstream,
+            metrics: Metrics::new(env!("CARGO_PKG_VERSION")),
+            max_body_bytes: config.max_body_bytes,
+            shutdown_grace: config.shutdown_grace,
+        })
+    }
+}
+
+/// Serves both listeners until `shutdown` resolves, then stops accepting and
+/// lets in-flight requests (SSE streams included) finish for up to
+/// `shutdown_grace`; connections still open after that are dropped.
+pub async fn run(
+    proxy: TcpListener,
+    admin: TcpListener,
+    app: Arc<App>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let builder = connection_builder();
+    let (mut proxy_conns, mut admin_conns) = (JoinSet::new(), JoinSet::new());
+    let proxy_app = app.clone();
+    let admin_app = app.clone();
+    tokio::select! {
+        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer| proxy_service(proxy_app.clone(), peer)) => {}
+        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_| admin_service(admin_app.clone())) => {}
+        () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
+    }
+    drop((proxy, admin));
+    if tokio::time::timeout(app.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(grace = ?app.shutdown_grace, "shutdown grace expired; dropping connections still open");
+    }
+    // Dropping the sets aborts whatever did not finish in time.
+    Ok(())
+}
+
+fn connection_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // With a timer, hyper bounds the time to read request headers (slow-loris).
+    builder.http1().timer(TokioTimer::new());
+    builder.http2().timer(TokioTimer::new());
+    builder
+}
+
+/// Accepts connections until dropped. Each connection runs in its own task,
+/// watched by `graceful` so shutdown can wait for it.
+async fn accept<S, B>(
+    listener: &TcpListener,
+    builder: &auto::Builder<TokioExecutor>,
+    graceful: &GracefulShutdown,
+    conns: &mut JoinSet<()>,
+    make_service: impl Fn(SocketAddr) -> S,
+) where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), make_service(peer)).into_owned();
+                    let conn = graceful.watch(conn);
+                    conns.spawn(async move {
+                        if let Err(e) = conn.await {
+                            tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        }
+                    });
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            // Reap finished connections so the set does not grow without bound.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+fn proxy_service(
+    app: Arc<App>,
+    peer: SocketAddr,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<ResponseBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send,
+> + Send {
+    let client = Client { ip: peer.ip() };
+    service_fn(move |req| {
+        let app = app.clone();
+        async move {
+            let id = crate::proxy::headers::request_id(req.headers());
+            let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
+            Ok(handler::handle(&app, client, id, req)
+                .instrument(span)
+                .await)
+        }
+    })
+}
+
+fn admin_service(
+    app: Arc<App>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<http_body_util::Full<bytes::Bytes>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
+                 + Send,
+> + Send {
+    service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok(admin::handle(&app, &req)) }
+    })
+}

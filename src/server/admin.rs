@@ -1,0 +1,69 @@
+//! The admin port: Prometheus metrics and probes. Never served on the proxy
+//! port, so tenants cannot read other tenants' traffic figures.
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+
+use super::App;
+use crate::metrics;
+
+pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let mut r = text(
+                StatusCode::OK,
+                app.metrics.render(&app.guard.limits().snapshot()),
+            );
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            r
+        }
+        // The process answers: nothing else is checked, so a slow upstream
+        // never gets the guard restarted.
+        "/healthz" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => readiness(app),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// Ready once every served model has a known limit: before that its requests
+/// would all be refused with 503.
+fn readiness(app: &App) -> Response<Full<Bytes>> {
+    let limits = app.guard.limits();
+    let missing: Vec<&str> = app
+        .guard
+        .model_names()
+        .filter(|m| limits.get(m).is_none())
+        .collect();
+    if missing.is_empty() {
+        text(StatusCode::OK, "ready\n".into())
+    } else {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: no prompt limit known for {}\n",
+                missing.join(", ")
+            ),
+        )
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
