@@ -1,10 +1,11 @@
 //! One request on the proxy port, from arrival to response headers.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{request, Request, Response, StatusCode};
+use http::{request, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -110,7 +111,7 @@ async fn guard_and_forward(
     req: Request<Incoming>,
     rec: &mut Record,
 ) -> Result<Response<Incoming>, Reason> {
-    let canonical = path::canonical_path(req.uri())?;
+    let canonical = path::canonical_path(&request_target(&req))?;
     rec.route = Route::from_path(&canonical);
     let class = routes::classify(req.method(), &canonical)?;
     let (mut parts, body) = req.into_parts();
@@ -154,6 +155,16 @@ async fn guard_and_forward(
     forward(app, parts, target, body, rec).await
 }
 
+/// The target as a client wrote it. HTTP/2 always carries scheme and authority
+/// (pseudo-headers), which hyper puts in the URI; only HTTP/1's absolute-form
+/// target, which a reverse proxy has no reason to receive, is refused for them.
+fn request_target<B>(req: &Request<B>) -> Cow<'_, Uri> {
+    match (req.version(), req.uri().path_and_query()) {
+        (Version::HTTP_2, Some(pq)) => Cow::Owned(Uri::from(pq.clone())),
+        _ => Cow::Borrowed(req.uri()),
+    }
+}
+
 /// The guard counts the bytes it reads; a compressed body would be counted as
 /// garbage and decoded differently upstream, so it is refused outright.
 fn refuse_encoded(headers: &HeaderMap) -> Result<(), Reason> {
@@ -173,7 +184,7 @@ fn refuse_encoded(headers: &HeaderMap) -> Result<(), Reason> {
 async fn forward(
     app: &App,
     parts: request::Parts,
-    target: http::Uri,
+    target: Uri,
     body: Bytes,
     rec: &mut Record,
 ) -> Result<Response<Incoming>, Reason> {

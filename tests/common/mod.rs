@@ -1,0 +1,444 @@
+//! Test harness: the real guard on `127.0.0.1:0` in front of a recording mock
+//! SGLang, also on `127.0.0.1:0`.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+
+use prefill_guard::config::{Config, LogFormat, ModelConfig};
+use prefill_guard::count::{Clock, ModelCounter};
+use prefill_guard::demo::write_demo_model;
+use prefill_guard::guard::{Guard, Model};
+use prefill_guard::policy::Limits;
+use prefill_guard::server::{self, App};
+
+/// The served model name of the demo model.
+pub const MODEL: &str = "demo";
+
+/// How long a test waits for something that should happen promptly before it
+/// fails instead of hanging. Not a performance bound.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+// === mock SGLang ===
+
+/// A request as the mock received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query, as sent on the wire.
+    pub target: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Recorded {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("the guard forwards JSON")
+    }
+}
+
+/// What the mock saw and did; tests wait on the `Notify`s.
+#[derive(Default)]
+pub struct MockState {
+    pub requests: Mutex<Vec<Recorded>>,
+    /// Notified for each request recorded.
+    pub received: Notify,
+    /// Lets a held SSE stream (`x-mock: hold`) send its last chunks.
+    pub release: Notify,
+    /// Set just before a held stream sends its last chunk.
+    pub last_chunk_sent: AtomicBool,
+    /// Notified when an endless stream (`x-mock: endless`) finds its reader gone.
+    pub stream_cancelled: Notify,
+    /// Notified when a request that never gets an answer (`x-mock: hang`) is dropped.
+    pub request_dropped: Notify,
+}
+
+impl MockState {
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+}
+
+pub struct Mock {
+    pub addr: SocketAddr,
+    pub state: Arc<MockState>,
+}
+
+type MockBody = BoxBody<Bytes, Infallible>;
+
+/// Starts the mock. It answers like SGLang: JSON, or SSE for `"stream": true`,
+/// `/v1/models`, `/health`. The `x-mock` request header selects misbehaviour:
+/// `slow` (headers after 30 s), `hang` (never answers), `hold` (SSE whose last
+/// chunk waits for `release`), `endless` (SSE until the reader goes away).
+pub async fn start_mock() -> Mock {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(MockState::default());
+    let accept_state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let state = accept_state.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| mock_handle(state.clone(), req));
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Mock { addr, state }
+}
+
+/// Notifies `request_dropped` if the handler future is dropped before it answers.
+struct DropSignal(Arc<MockState>);
+
+impl Drop for DropSignal {
+    fn drop(&mut self) {
+        self.0.request_dropped.notify_one();
+    }
+}
+
+async fn mock_handle(
+    state: Arc<MockState>,
+    req: Request<Incoming>,
+) -> Result<Response<MockBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let mode = parts
+        .headers
+        .get("x-mock")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    state.requests.lock().unwrap().push(Recorded {
+        method: parts.method.to_string(),
+        target: target.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
+    state.received.notify_one();
+
+    match mode.as_str() {
+        "slow" => tokio::time::sleep(Duration::from_secs(30)).await,
+        "hang" => {
+            let _signal = DropSignal(state.clone());
+            std::future::pending::<()>().await;
+        }
+        _ => {}
+    }
+    let path = parts.uri.path();
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let response = match path {
+        "/health" => full(StatusCode::OK, "text/plain", Bytes::new()),
+        "/v1/models" => {
+            json_response(json!({"object": "list", "data": [{"id": MODEL, "object": "model"}]}))
+        }
+        _ if request["stream"] == json!(true) => sse(state, &mode),
+        "/generate" => json_response(json!({"text": " ok", "meta_info": {"prompt_tokens": 1}})),
+        _ => json_response(
+            json!({"id": "cmpl-1", "object": "text_completion", "choices": [{"text": " ok"}]}),
+        ),
+    };
+    Ok(response)
+}
+
+fn full(status: StatusCode, content_type: &str, body: Bytes) -> Response<MockBody> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(body).boxed())
+        .unwrap()
+}
+
+fn json_response(v: Value) -> Response<MockBody> {
+    full(
+        StatusCode::OK,
+        "application/json",
+        Bytes::from(v.to_string()),
+    )
+}
+
+fn sse(state: Arc<MockState>, mode: &str) -> Response<MockBody> {
+    // Capacity 1: each send waits until hyper has taken the previous chunk.
+    let (tx, mut rx) = mpsc::channel::<Bytes>(1);
+    let mode = mode.to_string();
+    tokio::spawn(async move {
+        let chunk = |i: usize| Bytes::from(format!("data: {{\"chunk\":{i}}}\n\n"));
+        match mode.as_str() {
+            "endless" => {
+                for i in 0.. {
+                    if tx.send(chunk(i)).await.is_err() {
+                        state.stream_cancelled.notify_one();
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            "hold" => {
+                let _ = tx.send(chunk(0)).await;
+                state.release.notified().await;
+                state.last_chunk_sent.store(true, Ordering::SeqCst);
+                let _ = tx.send(chunk(1)).await;
+                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            }
+            _ => {
+                for i in 0..3 {
+                    let _ = tx.send(chunk(i)).await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+            }
+        }
+    });
+    let frames = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(StreamBody::new(frames).boxed())
+        .unwrap()
+}
+
+// === the guard ===
+
+pub struct Options {
+    /// `max_req_input_len` of the demo model.
+    pub limit: usize,
+    pub max_body_bytes: usize,
+    pub response_timeout: Duration,
+    /// Forward somewhere other than the mock (e.g. a closed port).
+    pub upstream: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            limit: 8,
+            max_body_bytes: 64 * 1024,
+            response_timeout: Duration::from_secs(20),
+            upstream: None,
+        }
+    }
+}
+
+pub struct Guarded {
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+    pub mock: Mock,
+    pub http: reqwest::Client,
+    shutdown: Option<oneshot::Sender<()>>,
+    pub server: Option<JoinHandle<std::io::Result<()>>>,
+    _model_dir: tempfile::TempDir,
+}
+
+/// The real `Guard` over the demo model, as `main` builds it.
+pub fn demo_guard(dir: &std::path::Path, limit: usize) -> Guard {
+    write_demo_model(dir).unwrap();
+    let counter = ModelCounter::load(dir).unwrap();
+    let model = Model {
+        name: MODEL.to_string(),
+        counter: Arc::new(counter),
+    };
+    let limits = Limits::new([(MODEL.to_string(), limit)]);
+    Guard::new(vec![model], Arc::new(limits), 2, 16, Clock::default())
+}
+
+pub async fn start(opts: Options) -> Guarded {
+    let mock = start_mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let guard = demo_guard(dir.path(), opts.limit);
+    let upstream = opts
+        .upstream
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", mock.addr));
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin_listen: "127.0.0.1:0".parse().unwrap(),
+        upstream: upstream.parse().unwrap(),
+        models: vec![ModelConfig {
+            name: MODEL.to_string(),
+            tokenizer: dir.path().display().to_string(),
+            revision: "main".to_string(),
+            max_req_input_len: opts.limit,
+        }],
+        max_body_bytes: opts.max_body_bytes,
+        upstream_connect_timeout: Duration::from_secs(2),
+        upstream_response_timeout: opts.response_timeout,
+        count_workers: 2,
+        count_queue: 16,
+        log_format: LogFormat::Human,
+        shutdown_grace: Duration::from_secs(10),
+    };
+    let app = Arc::new(App::new(&config, guard).unwrap());
+    let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (proxy, admin) = (
+        proxy_listener.local_addr().unwrap(),
+        admin_listener.local_addr().unwrap(),
+    );
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(server::run(proxy_listener, admin_listener, app, async {
+        let _ = rx.await;
+    }));
+    Guarded {
+        proxy,
+        admin,
+        mock,
+        http: reqwest::Client::new(),
+        shutdown: Some(tx),
+        server: Some(server),
+        _model_dir: dir,
+    }
+}
+
+/// A guard whose upstream port is closed.
+pub async fn start_with_dead_upstream() -> Guarded {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    start(Options {
+        upstream: Some(format!("http://{addr}")),
+        ..Options::default()
+    })
+    .await
+}
+
+/// A response read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The OpenAI `error.code`, or SGLang's message for `/generate`.
+    pub fn error_code(&self) -> String {
+        self.json()["error"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Guarded {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.proxy)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Answer {
+        self.send(
+            self.http
+                .post(self.url(path))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+        .await
+    }
+
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        self.send(
+            self.http
+                .post(self.url(path))
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Answer {
+        let resp = req.send().await.expect("the guard answers");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.expect("a whole body");
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    pub async fn metrics(&self) -> String {
+        let resp = self
+            .http
+            .get(format!("http://{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap()
+    }
+
+    /// Stops accepting and waits for `run` to drain and return.
+    pub async fn shutdown(&mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.server.take() {
+            Some(h) => tokio::time::timeout(PATIENCE, h)
+                .await
+                .expect("run returns after the grace")
+                .unwrap(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The value of one sample in a Prometheus text exposition (0 when absent).
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// `n` token ids (1, 2, ..., n).
+pub fn ids(n: usize) -> Vec<usize> {
+    (1..=n).collect()
+}
+
+/// `n` words of the demo vocabulary: `n` tokens as text, `n + 5` as a single
+/// user message under the demo ChatML template
+/// (`<|im_start|>user\n… <|im_end|>\n<|im_start|>assistant\n`).
+pub fn words(n: usize) -> String {
+    vec!["hello"; n].join(" ")
+}
