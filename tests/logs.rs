@@ -1,0 +1,134 @@
+//! Prompts are the tenants' data: no log line, at any level, may carry one.
+//! A test binary of its own, because it installs the process-wide subscriber
+//! (counting threads log through it, not through a thread-local default).
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::json;
+
+use common::{start, Guarded, Options, MODEL};
+use prefill_guard::logging::{self, LogFormat};
+
+/// Not in the demo vocabulary, so it is one unknown token wherever it appears.
+const MARKER: &str = "zqxsecretmarker7731";
+
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Everything logged anywhere in the process, as JSON, at every level.
+fn global_sink() -> Sink {
+    static SINK: OnceLock<Sink> = OnceLock::new();
+    SINK.get_or_init(|| {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        tracing::subscriber::set_global_default(logging::subscriber(
+            LogFormat::Json,
+            "trace",
+            move || writer.clone(),
+        ))
+        .expect("the only global subscriber in this binary");
+        sink
+    })
+    .clone()
+}
+
+/// Requests that carry the marker in every place a body can: allowed and
+/// refused, text, chat, token ids, batches, streams, broken JSON, key names.
+/// Returns how many requests were sent.
+async fn send_marked_requests(g: &Guarded) -> usize {
+    let m = MARKER;
+    let cases = [
+        ("/generate", json!({"text": format!("hello {m} world")}).to_string()),
+        ("/generate", json!({"text": format!("{m} ").repeat(20)}).to_string()),
+        ("/v1/completions", json!({"prompt": format!("hello {m}"), "stream": true}).to_string()),
+        ("/v1/completions", json!({"prompt": [format!("{m} ").repeat(20), "hello".to_string()]}).to_string()),
+        ("/v1/chat/completions", json!({"model": MODEL, "messages": [{"role": "user", "content": m}]}).to_string()),
+        (
+            "/v1/chat/completions",
+            json!({"model": MODEL, "messages": [{"role": "user", "content": format!("{m} ").repeat(20)}]}).to_string(),
+        ),
+        ("/v1/completions", json!({"prompt": [1, 2], "user": m}).to_string()),
+        ("/v1/completions", format!(r#"{{"prompt": [1], "{m}": 1, "{m}": 2}}"#)),
+        ("/v1/completions", format!(r#"{{"prompt": "{m}"#)),
+        ("/generate", json!({"text": m, "image_data": m}).to_string()),
+    ];
+    for (path, body) in &cases {
+        let a = g.post_raw(path, body.clone()).await;
+        assert!(
+            a.status.as_u16() < 500,
+            "{path}: {} {}",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        );
+    }
+    cases.len()
+}
+
+#[tokio::test]
+async fn prompts_never_reach_the_logs() {
+    let global = global_sink();
+    let mut g = start(Options {
+        limit: 8,
+        ..Options::default()
+    })
+    .await;
+
+    // The human format, for everything logged on this (the runtime's) thread.
+    let human = Sink::default();
+    let writer = human.clone();
+    let human_sent = {
+        let _default = tracing::subscriber::set_default(logging::subscriber(
+            LogFormat::Human,
+            "trace",
+            move || writer.clone(),
+        ));
+        send_marked_requests(&g).await
+    };
+    // Then JSON, through the global subscriber.
+    let json_sent = send_marked_requests(&g).await;
+    g.shutdown().await.unwrap();
+
+    let (human, global) = (human.text(), global.text());
+    assert_eq!(
+        human.matches("prefill_guard::decision").count(),
+        human_sent,
+        "{human}"
+    );
+    let decisions: Vec<serde_json::Value> = global
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "prefill_guard::decision")
+        .collect();
+    assert_eq!(decisions.len(), json_sent);
+    assert!(decisions
+        .iter()
+        .any(|d| d["decision"] == "allowed" && d["upstream_status"] == 200));
+    assert!(decisions
+        .iter()
+        .any(|d| d["reason"] == "context_length_exceeded" && d["tokens"].is_u64()));
+    for (name, text) in [("human", &human), ("json", &global)] {
+        assert!(
+            !text.to_lowercase().contains(MARKER),
+            "a prompt reached the {name} logs:\n{text}"
+        );
+    }
+}
