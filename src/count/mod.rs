@@ -11,7 +11,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
-pub use tokenizer::TextTokenizer;
+pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
+
+use preprocess::{ChatInputs, Prepared};
+use template::RenderContext;
 
 /// What SGLang turns into one sequence (one `Req`). A batch is several units.
 #[derive(Debug, Clone)]
@@ -33,7 +36,10 @@ pub enum Unit {
 pub enum CountError {
     /// SGLang itself refuses the request (pydantic validation or a request check).
     #[error("{message}")]
-    Invalid { message: String, param: Option<&'static str> },
+    Invalid {
+        message: String,
+        param: Option<&'static str>,
+    },
     /// The chat template raised on both of SGLang's attempts.
     #[error("chat template error: {0}")]
     Template(String),
@@ -49,14 +55,20 @@ pub enum CountError {
 
 impl CountError {
     pub fn invalid(message: impl Into<String>) -> Self {
-        CountError::Invalid { message: message.into(), param: None }
+        CountError::Invalid {
+            message: message.into(),
+            param: None,
+        }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
 }
@@ -64,9 +76,17 @@ pub enum LoadError {
 /// Everything needed to count one model's prompts.
 pub struct ModelCounter {
     tokenizer: Option<TextTokenizer>,
-    template: Option<ChatTemplate>,
+    /// The chat template, or why it could not be compiled (chat is then refused).
+    template: Result<ChatTemplate, String>,
+    /// transformers 5.19's `special_tokens_map`, spread into the template variables.
     special_tokens: Vec<(String, String)>,
 }
+
+// The counter is shared across request handlers.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<ModelCounter>();
+};
 
 /// The wall clock `strftime_now` reads; pinned for reproducible counts.
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,8 +109,25 @@ impl ModelCounter {
     /// Loads `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja`
     /// from a directory. A directory with only a template can render but not count.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
-        let _ = dir;
-        Ok(Self { tokenizer: None, template: None, special_tokens: Vec::new() })
+        let config = TokenizerConfig::load(dir)?;
+        let tokenizer = TextTokenizer::load(dir)?;
+        let special_tokens = match &tokenizer {
+            Some(t) => t.special_tokens().to_vec(),
+            None => config.special_tokens_map(
+                TokenizerClass::from_declared(config.declared_class())
+                    .unwrap_or(TokenizerClass::Backend),
+            ),
+        };
+        let template = match chat_template_source(dir, &config)? {
+            Some(source) => ChatTemplate::new(&source)
+                .map_err(|e| format!("chat template does not compile: {e}")),
+            None => Err("this model has no chat template".to_owned()),
+        };
+        Ok(Self {
+            tokenizer,
+            template,
+            special_tokens,
+        })
     }
 
     pub fn can_count(&self) -> bool {
@@ -99,10 +136,11 @@ impl ModelCounter {
 
     /// The token count SGLang computes for one unit.
     pub fn count(&self, unit: &Unit, clock: Clock) -> Result<usize, CountError> {
-        let _ = (clock, &self.template, &self.special_tokens);
         match unit {
             Unit::Ids(n) | Unit::Embeds(n) => Ok(*n),
-            _ => Err(CountError::NoTokenizer),
+            // `tokenizer(text)`: default `add_special_tokens=True`.
+            Unit::Text(text) => self.tokenizer()?.encode_len(text, true),
+            Unit::Chat(body) => self.count_chat(body, clock),
         }
     }
 
@@ -110,7 +148,107 @@ impl ModelCounter {
     /// (without a `continue_final_message` prefix). For operators debugging a
     /// template from the CLI; the server never prints or logs prompts.
     pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
-        let _ = (body, clock);
-        Err(CountError::Template("not implemented".into()))
+        match preprocess::prepare(body, self.content_format())? {
+            Prepared::Ids(_) => Err(CountError::invalid(
+                "the request carries input_ids: SGLang applies no chat template to it",
+            )),
+            Prepared::Template(inputs) => self.render(&inputs, clock),
+        }
     }
+
+    fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
+        self.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
+    }
+
+    fn content_format(&self) -> ContentFormat {
+        // No template: SGLang's TemplateManager defaults to "string".
+        self.template
+            .as_ref()
+            .map(ChatTemplate::content_format)
+            .unwrap_or(ContentFormat::String)
+    }
+
+    /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
+    /// `_append_assistant_prefix_to_prompt_ids`.
+    fn count_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
+        let inputs = match preprocess::prepare(body, self.content_format())? {
+            Prepared::Ids(n) => return Ok(n),
+            Prepared::Template(inputs) => inputs,
+        };
+        let rendered = self.render(&inputs, clock)?;
+        let tokenizer = self.tokenizer()?;
+        // encode_kwargs: `{"add_special_tokens": False}` when `encode("")` is
+        // non-empty, else the default (`True`, which then adds nothing).
+        let mut n = tokenizer.encode_len(&rendered, !tokenizer.auto_adds_specials())?;
+        drop(rendered);
+        if let Some(prefix) = inputs.assistant_prefix.as_deref().filter(|p| !p.is_empty()) {
+            // `tokenizer.encode(prefix)` with default specials, a leading BOS removed:
+            // the prefix is tokenized on its own, not in context.
+            let ids = tokenizer.encode_ids(prefix, true)?;
+            let skip = usize::from(
+                ids.first()
+                    .is_some_and(|first| Some(*first) == tokenizer.bos_token_id()),
+            );
+            n += ids.len() - skip;
+        }
+        Ok(n)
+    }
+
+    /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+    /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
+    /// once with each tool flattened to its `function`, and reports the retry's error.
+    fn render(&self, inputs: &ChatInputs, clock: Clock) -> Result<String, CountError> {
+        let template = self
+            .template
+            .as_ref()
+            .map_err(|e| CountError::Template(e.clone()))?;
+        let now = clock.now();
+        let first = RenderContext {
+            messages: &inputs.messages,
+            tools: inputs.tools.as_ref(),
+            documents: inputs.documents.as_ref(),
+            add_generation_prompt: true,
+            special_tokens: &self.special_tokens,
+            extra: &inputs.extra,
+            now,
+        };
+        if let Ok(text) = template.render(&first) {
+            return Ok(text);
+        }
+        let flat = inputs.flat_tools();
+        let retry = RenderContext {
+            tools: flat.as_ref(),
+            ..first
+        };
+        template
+            .render(&retry)
+            .map_err(|e| CountError::Template(e.to_string()))
+    }
+}
+
+/// The template SGLang uses when started without `--chat-template`: transformers
+/// reads `chat_template.jinja` in preference to `tokenizer_config.json`'s
+/// `chat_template`; a list of named templates becomes a dict, of which
+/// `TemplateManager._select_named_template` takes the first.
+fn chat_template_source(dir: &Path, config: &TokenizerConfig) -> Result<Option<String>, LoadError> {
+    let path = dir.join("chat_template.jinja");
+    match std::fs::read_to_string(&path) {
+        Ok(s) => return Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(LoadError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })
+        }
+    }
+    Ok(match config.get("chat_template") {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(list)) => list
+            .iter()
+            .find_map(|t| t.get("template").and_then(Value::as_str))
+            .map(str::to_owned),
+        Some(Value::Object(map)) => map.values().find_map(Value::as_str).map(str::to_owned),
+        _ => None,
+    })
 }

@@ -1,1 +1,1672 @@
 //! SGLang 0.5.23's chat preprocessing (`serving_chat.py`), mirrored step by step.
+//!
+//! The path from a `/v1/chat/completions` body to the inputs of
+//! `tokenizer.apply_chat_template`:
+//!
+//! 1. pydantic validation of `ChatCompletionRequest` (`entrypoints/openai/protocol.py`),
+//!    including its `mode="before"` validators `set_tool_choice_default` and
+//!    `normalize_reasoning_inputs`;
+//! 2. `OpenAIServingChat._validate_request` (request checks, tool-schema type rewrite);
+//! 3. `_convert_to_internal_request` (pops `reasoning_effort` out of `chat_template_kwargs`);
+//! 4. `_process_messages` (which tools reach the template; `input_ids` short-circuit);
+//! 5. `_apply_jinja_template` (message dumps, tool-call argument decoding, null-key
+//!    dropping, content-format joining, tool-message joining, trailing assistant),
+//!    and the keyword arguments of `apply_chat_template`.
+//!
+//! Only fields that change the prompt are validated in full; a request SGLang would
+//! refuse for an unrelated field may be counted here, which can only over-admit a
+//! request SGLang itself then refuses.
+
+use serde_json::{Map, Value};
+
+use super::template::ContentFormat;
+use super::tokenizer::py_truthy;
+use super::CountError;
+
+/// `ReasoningEffortTier` in protocol.py.
+const EFFORT_TIERS: [&str; 8] = [
+    "none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max",
+];
+/// `_GENERIC_MESSAGE_ROLES`.
+const GENERIC_ROLES: [&str; 7] = [
+    "system",
+    "assistant",
+    "tool",
+    "function",
+    "developer",
+    "latest_reminder",
+    "root",
+];
+
+/// What SGLang renders for a chat request, or the ids it takes verbatim.
+#[derive(Debug)]
+pub enum Prepared {
+    /// `input_ids` given on the chat route: counted as given, no template.
+    Ids(usize),
+    Template(ChatInputs),
+}
+
+/// The arguments SGLang passes to `apply_chat_template`.
+#[derive(Debug)]
+pub struct ChatInputs {
+    /// The processed messages (a JSON array), keys in `model_dump` order.
+    pub messages: Value,
+    /// The dumped tools, or `None` (no tools / `tool_choice: "none"` / no match).
+    pub tools: Option<Value>,
+    /// `documents` from `chat_template_kwargs` (an `apply_chat_template` argument).
+    pub documents: Option<Value>,
+    /// `reasoning_effort`, then `chat_template_kwargs`, minus the keys
+    /// `apply_chat_template` consumes itself.
+    pub extra: Map<String, Value>,
+    /// The final assistant text under `continue_final_message`.
+    pub assistant_prefix: Option<String>,
+}
+
+impl ChatInputs {
+    /// SGLang's retry argument: each tool replaced by its `function` object
+    /// (`[t["function"] if "function" in t else t for t in tools]`).
+    pub fn flat_tools(&self) -> Option<Value> {
+        let tools = self.tools.as_ref()?.as_array()?;
+        Some(Value::Array(
+            tools
+                .iter()
+                .map(|t| match t.get("function") {
+                    Some(f) if t.is_object() => f.clone(),
+                    _ => t.clone(),
+                })
+                .collect(),
+        ))
+    }
+}
+
+fn invalid(message: impl Into<String>) -> CountError {
+    CountError::Invalid {
+        message: message.into(),
+        param: None,
+    }
+}
+
+fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError {
+    CountError::Invalid {
+        message: message.into(),
+        param: Some(param),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// pydantic lax-mode scalars
+// ---------------------------------------------------------------------------
+
+/// pydantic's lax `bool`.
+pub(crate) fn lax_bool(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f == 0.0 => Some(false),
+            Some(f) if f == 1.0 => Some(true),
+            _ => None,
+        },
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// pydantic's lax `int`.
+pub(crate) fn lax_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Bool(b) => Some(i128::from(*b)),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Some(i128::from(i))
+            } else if let Some(u) = n.as_u64() {
+                Some(i128::from(u))
+            } else {
+                let f = n.as_f64()?;
+                (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
+            }
+        }
+        Value::String(s) => {
+            let t = s.trim();
+            if let Ok(i) = t.parse::<i128>() {
+                return Some(i);
+            }
+            let f: f64 = t.parse().ok()?;
+            (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
+        }
+        _ => None,
+    }
+}
+
+fn opt_bool(obj: &Map<String, Value>, key: &str, loc: &str) -> Result<Option<bool>, CountError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => lax_bool(v)
+            .map(Some)
+            .ok_or_else(|| invalid(format!("{loc}.{key}: Input should be a valid boolean"))),
+    }
+}
+
+fn opt_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    loc: &str,
+) -> Result<Option<&'a str>, CountError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(invalid(format!(
+            "{loc}.{key}: Input should be a valid string"
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Validated request model (only what shapes the prompt)
+// ---------------------------------------------------------------------------
+
+/// protocol.py `Function` (with its `key_order` capture).
+#[derive(Debug, Clone)]
+struct FunctionDef {
+    key_order: Vec<String>,
+    description: Option<String>,
+    name: String,
+    parameters: Option<Value>,
+    strict: Option<bool>,
+    defer_loading: Option<bool>,
+}
+
+/// protocol.py `Tool`.
+#[derive(Debug, Clone)]
+struct ToolDef {
+    kind: String,
+    function: FunctionDef,
+    defer_loading: Option<bool>,
+}
+
+impl ToolDef {
+    fn parse(v: &Value, loc: &str) -> Result<Self, CountError> {
+        let o = v
+            .as_object()
+            .ok_or_else(|| invalid(format!("{loc}: Input should be a valid dictionary")))?;
+        let kind = match o.get("type") {
+            None => "function".to_owned(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "{loc}.type: Input should be a valid string"
+                )))
+            }
+        };
+        let floc = format!("{loc}.function");
+        let f = match o.get("function") {
+            Some(Value::Object(f)) => f,
+            Some(_) => {
+                return Err(invalid(format!(
+                    "{floc}: Input should be a valid dictionary"
+                )))
+            }
+            None => return Err(invalid(format!("{floc}: Field required"))),
+        };
+        let name = match f.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => {
+                return Err(invalid(format!(
+                    "{floc}.name: Input should be a valid string"
+                )))
+            }
+            None => return Err(invalid(format!("{floc}.name: Field required"))),
+        };
+        let mut function = FunctionDef {
+            key_order: f.keys().cloned().collect(),
+            description: opt_str(f, "description", &floc)?.map(str::to_owned),
+            name,
+            parameters: match f.get("parameters") {
+                None | Some(Value::Null) => None,
+                Some(p) => Some(p.clone()),
+            },
+            strict: opt_bool(f, "strict", &floc)?,
+            defer_loading: opt_bool(f, "defer_loading", &floc)?,
+        };
+        let defer_loading = opt_bool(o, "defer_loading", loc)?;
+        // `Tool._propagate_defer_loading`.
+        if defer_loading.is_some() && function.defer_loading.is_none() {
+            function.defer_loading = defer_loading;
+        }
+        Ok(ToolDef {
+            kind,
+            function,
+            defer_loading,
+        })
+    }
+
+    /// `Tool.model_dump()` with `Function._serialize`: the function keeps the
+    /// client's key order, drops `strict`/`defer_loading` when null, and appends
+    /// the fields the client left out (`description: null`, `parameters: null`).
+    fn dump(&self) -> Value {
+        let f = &self.function;
+        let mut fields: Vec<(&str, Value)> = vec![
+            (
+                "description",
+                f.description
+                    .clone()
+                    .map(Value::String)
+                    .unwrap_or(Value::Null),
+            ),
+            ("name", Value::String(f.name.clone())),
+            ("parameters", f.parameters.clone().unwrap_or(Value::Null)),
+        ];
+        if let Some(s) = f.strict {
+            fields.push(("strict", Value::Bool(s)));
+        }
+        if let Some(d) = f.defer_loading {
+            fields.push(("defer_loading", Value::Bool(d)));
+        }
+        let mut func = Map::new();
+        for k in &f.key_order {
+            if let Some(pos) = fields.iter().position(|(fk, _)| fk == k) {
+                let (fk, v) = fields.remove(pos);
+                func.insert(fk.to_owned(), v);
+            }
+        }
+        for (fk, v) in fields {
+            func.insert(fk.to_owned(), v);
+        }
+        let mut out = Map::new();
+        out.insert("type".into(), Value::String(self.kind.clone()));
+        out.insert("function".into(), Value::Object(func));
+        out.insert(
+            "defer_loading".into(),
+            self.defer_loading.map(Value::Bool).unwrap_or(Value::Null),
+        );
+        Value::Object(out)
+    }
+}
+
+/// A content part after validation; only what a template can see is kept.
+#[derive(Debug)]
+enum Part<'a> {
+    Text(&'a str),
+    Thinking,
+    Media(&'static str),
+    ToolReference(&'a str),
+}
+
+#[derive(Debug)]
+enum Content<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+/// protocol.py `ToolCall` (dumped as `{id, index, type, function: {name, arguments}}`).
+#[derive(Debug)]
+struct ToolCall<'a> {
+    id: Option<&'a str>,
+    index: Option<i128>,
+    name: Option<&'a str>,
+    arguments: Option<&'a Value>,
+}
+
+/// `ChatCompletionMessageGenericParam` or `ChatCompletionMessageUserParam`.
+#[derive(Debug)]
+struct Message<'a> {
+    /// Lowercased for generic roles; exactly "user" for user messages.
+    role: String,
+    is_user: bool,
+    content: Option<Content<'a>>,
+    tool_call_id: Option<&'a str>,
+    name: Option<&'a str>,
+    phase: Option<&'a str>,
+    reasoning_content: Option<&'a str>,
+    tool_calls: Option<Vec<ToolCall<'a>>>,
+    tools: Option<Vec<ToolDef>>,
+    prefix: Option<bool>,
+}
+
+fn parse_parts<'a>(items: &'a [Value], loc: &str) -> Result<Vec<Part<'a>>, CountError> {
+    let mut parts = Vec::with_capacity(items.len());
+    for (i, p) in items.iter().enumerate() {
+        let ploc = format!("{loc}.{i}");
+        let o = p
+            .as_object()
+            .ok_or_else(|| invalid(format!("{ploc}: Input should be a valid dictionary")))?;
+        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
+        let part = match kind {
+            "text" => match o.get("text") {
+                Some(Value::String(s)) => Part::Text(s),
+                _ => return Err(invalid(format!("{ploc}.text: Input should be a valid string"))),
+            },
+            "thinking" | "reasoning" => {
+                let thinking = opt_str(o, "thinking", &ploc)?;
+                let text = opt_str(o, "text", &ploc)?;
+                if thinking.is_none() == text.is_none() {
+                    return Err(invalid(format!(
+                        "{ploc}: Value error, thinking parts require exactly one of 'thinking' or 'text'"
+                    )));
+                }
+                Part::Thinking
+            }
+            "image_url" => Part::Media("image_url"),
+            "video_url" => Part::Media("video_url"),
+            // `input_audio` validates into an `audio_url` part (`_to_audio_url_part`).
+            "audio_url" | "input_audio" => Part::Media("audio_url"),
+            "tool_reference" => match o.get("name") {
+                Some(Value::String(s)) => Part::ToolReference(s),
+                _ => return Err(invalid(format!("{ploc}.name: Input should be a valid string"))),
+            },
+            _ => {
+                return Err(invalid(format!(
+                    "{ploc}: Input tag '{kind}' found using 'type' does not match any of the expected content part types"
+                )))
+            }
+        };
+        parts.push(part);
+    }
+    Ok(parts)
+}
+
+fn parse_content<'a>(v: Option<&'a Value>, loc: &str) -> Result<Option<Content<'a>>, CountError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(Content::Text(s))),
+        Some(Value::Array(a)) => Ok(Some(Content::Parts(parse_parts(
+            a,
+            &format!("{loc}.content"),
+        )?))),
+        Some(_) => Err(invalid(format!(
+            "{loc}.content: Input should be a valid string or a list of content parts"
+        ))),
+    }
+}
+
+fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
+    let loc = format!("messages.{i}");
+    let o = v
+        .as_object()
+        .ok_or_else(|| invalid(format!("{loc}: Input should be a valid dictionary")))?;
+    let role = match o.get("role") {
+        Some(Value::String(r)) => r,
+        Some(_) => {
+            return Err(invalid(format!(
+                "{loc}.role: Value error, 'role' must be a string"
+            )))
+        }
+        None => return Err(invalid(format!("{loc}.role: Field required"))),
+    };
+    if role == "user" {
+        // `ChatCompletionMessageUserParam`: only role and content survive the dump.
+        let content = match parse_content(o.get("content"), &loc)? {
+            Some(c) => c,
+            None => {
+                return Err(invalid(format!(
+                    "{loc}.content: Input should be a valid string"
+                )))
+            }
+        };
+        if let Content::Parts(parts) = &content {
+            if parts.iter().any(|p| matches!(p, Part::Thinking)) {
+                return Err(invalid(format!(
+                    "{loc}: Value error, thinking content parts are only valid in assistant messages"
+                )));
+            }
+        }
+        return Ok(Message {
+            role: "user".into(),
+            is_user: true,
+            content: Some(content),
+            tool_call_id: None,
+            name: None,
+            phase: None,
+            reasoning_content: None,
+            tool_calls: None,
+            tools: None,
+            prefix: None,
+        });
+    }
+    // `_normalize_role`: case-insensitive, lowercased. (`str.lower()` is Unicode-aware;
+    // a non-ASCII role cannot match the ASCII role names either way.)
+    let lower = role.to_lowercase();
+    if !GENERIC_ROLES.contains(&lower.as_str()) {
+        let allowed = GENERIC_ROLES
+            .iter()
+            .map(|r| format!("'{r}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(invalid(format!(
+            "{loc}.role: Value error, 'role' must be one of {allowed} (case-insensitive)."
+        )));
+    }
+    let content = parse_content(o.get("content"), &loc)?;
+    if lower != "assistant" {
+        if let Some(Content::Parts(parts)) = &content {
+            if parts.iter().any(|p| matches!(p, Part::Thinking)) {
+                return Err(invalid(format!(
+                    "{loc}: Value error, thinking content parts are only valid in assistant messages"
+                )));
+            }
+        }
+    }
+    let phase = opt_str(o, "phase", &loc)?;
+    if let Some(p) = phase {
+        if p != "commentary" && p != "final_answer" {
+            return Err(invalid(format!(
+                "{loc}.phase: Input should be 'commentary' or 'final_answer'"
+            )));
+        }
+    }
+    let tool_calls = match o.get("tool_calls") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => {
+            let mut calls = Vec::with_capacity(items.len());
+            for (j, tc) in items.iter().enumerate() {
+                let tloc = format!("{loc}.tool_calls.{j}");
+                let t = tc.as_object().ok_or_else(|| {
+                    invalid(format!("{tloc}: Input should be a valid dictionary"))
+                })?;
+                let index = match t.get("index") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(lax_int(v).ok_or_else(|| {
+                        invalid(format!("{tloc}.index: Input should be a valid integer"))
+                    })?),
+                };
+                match t.get("type") {
+                    None => {}
+                    Some(Value::String(s)) if s == "function" => {}
+                    Some(_) => {
+                        return Err(invalid(format!("{tloc}.type: Input should be 'function'")))
+                    }
+                }
+                let f = match t.get("function") {
+                    Some(Value::Object(f)) => f,
+                    Some(_) => {
+                        return Err(invalid(format!(
+                            "{tloc}.function: Input should be a valid dictionary"
+                        )))
+                    }
+                    None => return Err(invalid(format!("{tloc}.function: Field required"))),
+                };
+                let arguments = match f.get("arguments") {
+                    None | Some(Value::Null) => None,
+                    Some(a @ (Value::String(_) | Value::Object(_))) => Some(a),
+                    Some(_) => {
+                        return Err(invalid(format!(
+                        "{tloc}.function.arguments: Input should be a valid string or dictionary"
+                    )))
+                    }
+                };
+                calls.push(ToolCall {
+                    id: opt_str(t, "id", &tloc)?,
+                    index,
+                    name: opt_str(f, "name", &format!("{tloc}.function"))?,
+                    arguments,
+                });
+            }
+            Some(calls)
+        }
+        Some(_) => {
+            return Err(invalid(format!(
+                "{loc}.tool_calls: Input should be a valid list"
+            )))
+        }
+    };
+    let tools = match o.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(j, t)| ToolDef::parse(t, &format!("{loc}.tools.{j}")))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(_) => {
+            return Err(invalid(format!(
+                "{loc}.tools: Input should be a valid list"
+            )))
+        }
+    };
+    Ok(Message {
+        role: lower,
+        is_user: false,
+        content,
+        tool_call_id: opt_str(o, "tool_call_id", &loc)?,
+        name: opt_str(o, "name", &loc)?,
+        phase,
+        reasoning_content: opt_str(o, "reasoning_content", &loc)?,
+        tool_calls,
+        tools,
+        prefix: opt_bool(o, "prefix", &loc)?,
+    })
+}
+
+#[derive(Debug)]
+enum ToolChoice {
+    Auto,
+    Required,
+    None,
+    Named(Option<String>),
+}
+
+// ---------------------------------------------------------------------------
+// The request path
+// ---------------------------------------------------------------------------
+
+/// Runs SGLang's chat preprocessing on a raw body. `format` is the template's
+/// content format (`detect_jinja_template_content_format`).
+pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountError> {
+    let top = body
+        .as_object()
+        .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
+    let raw_messages = top.get("messages");
+
+    // --- mode="before" validators ------------------------------------------------
+    // `set_tool_choice_default`.
+    let raw_tool_choice = match top.get("tool_choice") {
+        None | Some(Value::Null) => {
+            let tools_none = matches!(top.get("tools"), None | Some(Value::Null));
+            if tools_none && !has_message_level_tools(raw_messages) {
+                Value::String("none".into())
+            } else {
+                Value::String("auto".into())
+            }
+        }
+        Some(v) => v.clone(),
+    };
+    // `normalize_reasoning_inputs`.
+    let mut raw_effort: Option<Value> = top
+        .get("reasoning_effort")
+        .filter(|v| !v.is_null())
+        .cloned();
+    let mut raw_ctk: Option<Value> = top
+        .get("chat_template_kwargs")
+        .filter(|v| !v.is_null())
+        .cloned();
+    let mut thinking: Option<bool> = None;
+    if let Some(Value::Object(r)) = top.get("reasoning") {
+        let effort = r
+            .get("effort")
+            .filter(|v| !v.is_null())
+            .or_else(|| r.get("reasoning_effort").filter(|v| !v.is_null()));
+        match effort {
+            None => {}
+            Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => {
+                raw_effort = Some(Value::String(s.clone()))
+            }
+            Some(Value::Number(n)) => raw_effort = n.as_f64().map(Value::from),
+            Some(Value::String(s)) => match python_float(s) {
+                Some(f) => raw_effort = Some(Value::from(f)),
+                None => {
+                    return Err(invalid(format!(
+                        "Value error, invalid reasoning effort: '{s}'"
+                    )))
+                }
+            },
+            Some(other) => {
+                return Err(invalid(format!(
+                    "Value error, invalid reasoning effort: {other}"
+                )))
+            }
+        }
+        let enabled = match r.get("enabled") {
+            Some(v) if !v.is_null() => v.clone(),
+            _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
+        };
+        let enabled = match &enabled {
+            Value::String(s) => matches!(
+                s.trim().to_lowercase().as_str(),
+                "1" | "true" | "yes" | "y" | "on"
+            ),
+            v => py_truthy(v),
+        };
+        if enabled {
+            thinking = Some(true);
+        }
+    }
+    if let Some(e) = &raw_effort {
+        thinking = Some(e.as_str() != Some("none"));
+    }
+    if let Some(t) = thinking {
+        let mut ctk = match raw_ctk.take() {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        ctk.entry("thinking").or_insert(Value::Bool(t));
+        ctk.entry("enable_thinking").or_insert(Value::Bool(t));
+        raw_ctk = Some(Value::Object(ctk));
+    }
+
+    // --- field validation ---------------------------------------------------------
+    let messages_raw = match raw_messages {
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(invalid_param(
+                "messages: Input should be a valid list",
+                "messages",
+            ))
+        }
+        None => return Err(invalid_param("messages: Field required", "messages")),
+    };
+    let messages = messages_raw
+        .iter()
+        .enumerate()
+        .map(|(i, m)| parse_message(m, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tools: Option<Vec<ToolDef>> = match top.get("tools") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, t)| ToolDef::parse(t, &format!("tools.{i}")))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(_) => {
+            return Err(invalid_param(
+                "tools: Input should be a valid list",
+                "tools",
+            ))
+        }
+    };
+    let tool_choice = match &raw_tool_choice {
+        Value::String(s) if s == "auto" => ToolChoice::Auto,
+        Value::String(s) if s == "required" => ToolChoice::Required,
+        Value::String(s) if s == "none" => ToolChoice::None,
+        Value::Object(o) => {
+            match o.get("type") {
+                None => {}
+                Some(Value::String(s)) if s == "function" => {}
+                Some(_) => {
+                    return Err(invalid_param(
+                        "tool_choice.type: Input should be 'function'",
+                        "tool_choice",
+                    ))
+                }
+            }
+            match o.get("function") {
+                Some(Value::Object(f)) => ToolChoice::Named(
+                    opt_str(f, "name", "tool_choice.function")?.map(str::to_owned),
+                ),
+                _ => {
+                    return Err(invalid_param(
+                        "tool_choice.function: Field required",
+                        "tool_choice",
+                    ))
+                }
+            }
+        }
+        _ => {
+            return Err(invalid_param(
+                "tool_choice: Input should be 'auto', 'required', 'none' or a named function",
+                "tool_choice",
+            ))
+        }
+    };
+    let mut reasoning_effort: Option<Value> = match raw_effort {
+        None => None,
+        Some(Value::Bool(_)) => {
+            return Err(invalid_param(
+                "reasoning_effort: Value error, reasoning_effort must not be a boolean",
+                "reasoning_effort",
+            ))
+        }
+        Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => Some(Value::String(s)),
+        Some(v) => {
+            // The float arm of the union (lax: numeric strings), range [0.0, 0.99].
+            let f = match &v {
+                Value::Number(n) => n.as_f64(),
+                Value::String(s) => python_float(s),
+                _ => None,
+            };
+            match f {
+                Some(f) if f.is_finite() && (0.0..=0.99).contains(&f) => Some(Value::from(f)),
+                _ => {
+                    return Err(invalid_param(
+                        "reasoning_effort: Input should be one of the effort tiers or a number in [0.0, 0.99]",
+                        "reasoning_effort",
+                    ))
+                }
+            }
+        }
+    };
+    let mut ctk: Option<Map<String, Value>> = match raw_ctk {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => {
+            return Err(invalid_param(
+                "chat_template_kwargs: Input should be a valid dictionary",
+                "chat_template_kwargs",
+            ))
+        }
+    };
+    let continue_final_message = match top.get("continue_final_message") {
+        None | Some(Value::Null) => {
+            if top.get("continue_final_message").is_some() {
+                return Err(invalid_param(
+                    "continue_final_message: Input should be a valid boolean",
+                    "continue_final_message",
+                ));
+            }
+            false
+        }
+        Some(v) => lax_bool(v).ok_or_else(|| {
+            invalid_param(
+                "continue_final_message: Input should be a valid boolean",
+                "continue_final_message",
+            )
+        })?,
+    };
+    let input_ids: Option<usize> = match top.get("input_ids") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(ids)) => {
+            for (i, id) in ids.iter().enumerate() {
+                if lax_int(id).is_none() {
+                    return Err(invalid_param(
+                        format!("input_ids.{i}: Input should be a valid integer"),
+                        "input_ids",
+                    ));
+                }
+            }
+            Some(ids.len())
+        }
+        Some(_) => {
+            return Err(invalid_param(
+                "input_ids: Input should be a valid list",
+                "input_ids",
+            ))
+        }
+    };
+    for key in [
+        "return_sampling_mask",
+        "return_meta_info",
+        "return_flat_raw_output_top_logprobs",
+    ] {
+        if let Some(v) = top.get(key) {
+            if lax_bool(v).is_none() {
+                return Err(invalid(format!("{key}: Input should be a valid boolean")));
+            }
+        }
+    }
+
+    // --- `_validate_request` ----------------------------------------------------------
+    if messages.is_empty() {
+        return Err(invalid("Messages cannot be empty."));
+    }
+    if ctk
+        .as_ref()
+        .is_some_and(|m| !m.is_empty() && m.contains_key("chat_template"))
+    {
+        return Err(invalid(
+            "Request-supplied chat_template is not allowed. Start the server with --trust-request-chat-template to permit it.",
+        ));
+    }
+    let flag = |key: &str| top.get(key).and_then(lax_bool).unwrap_or(false);
+    if flag("return_sampling_mask") && !flag("return_meta_info") {
+        return Err(invalid(
+            "return_sampling_mask requires return_meta_info=true.",
+        ));
+    }
+    if flag("return_flat_raw_output_top_logprobs") && !flag("return_meta_info") {
+        return Err(invalid(
+            "return_flat_raw_output_top_logprobs requires return_meta_info=true.",
+        ));
+    }
+    // `_validate_media_content`: every fixture is a text-only model.
+    for m in &messages {
+        if let Some(Content::Parts(parts)) = &m.content {
+            if let Some(Part::Media(t)) = parts.iter().find(|p| matches!(p, Part::Media(_))) {
+                return Err(CountError::Unsupported(format!(
+                    "Model only supports text input; received unsupported content type '{t}'."
+                )));
+            }
+        }
+    }
+    // `_effective_tools`: request tools, then message tools of root/system/developer.
+    let mut message_tools: Vec<(usize, usize)> = Vec::new(); // (message, tool) indices
+    for (mi, m) in messages.iter().enumerate() {
+        if matches!(m.role.as_str(), "root" | "system" | "developer") {
+            if let Some(ts) = &m.tools {
+                for ti in 0..ts.len() {
+                    message_tools.push((mi, ti));
+                }
+            }
+        }
+    }
+    let request_tool_count = tools.as_ref().map_or(0, Vec::len);
+    let effective_names: Vec<String> = tools
+        .iter()
+        .flatten()
+        .map(|t| t.function.name.clone())
+        .chain(message_tools.iter().filter_map(|&(mi, ti)| {
+            messages[mi]
+                .tools
+                .as_ref()
+                .and_then(|ts| ts.get(ti))
+                .map(|t| t.function.name.clone())
+        }))
+        .collect();
+    let has_effective_tools = !effective_names.is_empty();
+    if matches!(tool_choice, ToolChoice::Required) && !has_effective_tools {
+        return Err(invalid(
+            "Tools cannot be empty if tool choice is set to required.",
+        ));
+    }
+    if let ToolChoice::Named(name) = &tool_choice {
+        if !has_effective_tools {
+            return Err(invalid(
+                "Tools cannot be empty if tool choice is set to a specific tool.",
+            ));
+        }
+        if !effective_names.iter().any(|n| Some(n) == name.as_ref()) {
+            let shown = name.as_deref().unwrap_or("None");
+            return Err(invalid(format!("Tool '{shown}' not found in tools list.")));
+        }
+    }
+    if !message_tools.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        if !effective_names.iter().all(|n| seen.insert(n.as_str())) {
+            return Err(invalid(
+                "Tool names must be unique across request and message tools.",
+            ));
+        }
+    }
+    // Tool schemas: the type rewrite mutates the request's tools in place, so the
+    // rewritten schema is what the template renders.
+    let mut message_tool_params: Vec<(usize, usize, Value)> = Vec::new();
+    for i in 0..request_tool_count + message_tools.len() {
+        let params: Option<&mut Value> = if i < request_tool_count {
+            tools
+                .as_mut()
+                .and_then(|ts| ts.get_mut(i))
+                .and_then(|t| t.function.parameters.as_mut())
+        } else {
+            let (mi, ti) = message_tools[i - request_tool_count];
+            let p = messages[mi]
+                .tools
+                .as_ref()
+                .and_then(|ts| ts.get(ti))
+                .and_then(|t| t.function.parameters.clone());
+            match p {
+                Some(p) => {
+                    message_tool_params.push((mi, ti, p));
+                    message_tool_params.last_mut().map(|(_, _, p)| p)
+                }
+                None => None,
+            }
+        };
+        if let Some(p) = params {
+            normalize_json_schema_types(p);
+            if let Err(e) = check_schema(p, 0) {
+                return Err(invalid(format!(
+                    "Tool {i} function has invalid 'parameters' schema: {e}"
+                )));
+            }
+        }
+    }
+    // The message list owns parsed tools by value; write the rewritten schemas back.
+    let mut messages = messages;
+    for (mi, ti, p) in message_tool_params {
+        if let Some(t) = messages[mi].tools.as_mut().and_then(|ts| ts.get_mut(ti)) {
+            t.function.parameters = Some(p);
+        }
+    }
+
+    // --- `_convert_to_internal_request` ---------------------------------------------
+    if let Some(m) = ctk.as_mut() {
+        if !m.is_empty() {
+            if let Some(v) = m.shift_remove("reasoning_effort") {
+                if !v.is_null() {
+                    reasoning_effort = Some(v);
+                }
+            }
+        }
+    }
+
+    // --- `_process_messages` ----------------------------------------------------------
+    if let Some(n) = input_ids {
+        if n == 0 {
+            return Err(invalid_param("input_ids cannot be empty.", "input_ids"));
+        }
+        return Ok(Prepared::Ids(n));
+    }
+    let template_tools: Option<Value> =
+        if has_effective_tools && !matches!(tool_choice, ToolChoice::None) {
+            match &tool_choice {
+                ToolChoice::Named(name) => {
+                    let picked: Vec<Value> = tools
+                        .iter()
+                        .flatten()
+                        .filter(|t| Some(&t.function.name) == name.as_ref())
+                        .map(ToolDef::dump)
+                        .collect();
+                    (!picked.is_empty()).then_some(Value::Array(picked))
+                }
+                _ => match &tools {
+                    Some(ts) if !ts.is_empty() => {
+                        Some(Value::Array(ts.iter().map(ToolDef::dump).collect()))
+                    }
+                    _ => None,
+                },
+            }
+        } else {
+            None
+        };
+
+    // --- `_apply_jinja_template` ------------------------------------------------------
+    let mut processed: Vec<Value> = Vec::with_capacity(messages.len());
+    for m in &messages {
+        processed.push(process_message(m, format)?);
+    }
+    // `_handle_last_assistant_message` (always runs: `_format_add_generation_prompt` is unset).
+    let mut assistant_prefix = None;
+    let last_is_assistant_text = processed.last().is_some_and(|last| {
+        last.get("role").and_then(Value::as_str) == Some("assistant")
+            && last.get("content").is_some_and(Value::is_string)
+    });
+    if last_is_assistant_text {
+        if let Some(Value::Object(mut last)) = processed.pop() {
+            let text = match last.remove("content") {
+                Some(Value::String(s)) => s,
+                _ => String::new(),
+            };
+            if continue_final_message {
+                assistant_prefix = Some(text);
+            } else {
+                let mut user = Map::new();
+                user.insert("role".into(), Value::String("user".into()));
+                user.insert("content".into(), Value::String(text));
+                processed.push(Value::Object(user));
+            }
+        }
+    }
+
+    // Template kwargs: `reasoning_effort`, then `chat_template_kwargs`.
+    let mut extra = Map::new();
+    if let Some(re) = reasoning_effort {
+        extra.insert("reasoning_effort".into(), re);
+    }
+    if let Some(m) = ctk {
+        for (k, v) in m {
+            extra.insert(k, v);
+        }
+    }
+    let documents = apply_chat_template_arguments(&mut extra)?;
+
+    Ok(Prepared::Template(ChatInputs {
+        messages: Value::Array(processed),
+        tools: template_tools,
+        documents,
+        extra,
+        assistant_prefix,
+    }))
+}
+
+/// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+/// tools=tools, return_dict=False, **template_kwargs)` and the
+/// `render(messages=..., tools=..., documents=..., add_generation_prompt=..., **kwargs)`
+/// inside it: keys that collide with those keyword arguments raise `TypeError`
+/// (both of SGLang's attempts fail, so the request is refused); keys that are
+/// named parameters of `apply_chat_template` are consumed and never reach the
+/// template. Returns `documents`.
+fn apply_chat_template_arguments(
+    extra: &mut Map<String, Value>,
+) -> Result<Option<Value>, CountError> {
+    for key in [
+        "tokenize",
+        "tools",
+        "add_generation_prompt",
+        "return_dict",
+        "conversation",
+        "conversations",
+        "messages",
+    ] {
+        if extra.contains_key(key) {
+            return Err(CountError::Template(format!(
+                "apply_chat_template() got multiple values for keyword argument '{key}'"
+            )));
+        }
+    }
+    // Consumed; with tokenize=False they have no effect.
+    for key in [
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "tokenizer_kwargs",
+    ] {
+        extra.shift_remove(key);
+    }
+    if extra
+        .shift_remove("continue_final_message")
+        .is_some_and(|v| py_truthy(&v))
+    {
+        return Err(invalid(
+            "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you \
+             want the model to continue the final message, and add_generation_prompt when you want to add a header \
+             that will prompt it to start a new assistant message instead.",
+        ));
+    }
+    if extra
+        .shift_remove("return_assistant_tokens_mask")
+        .is_some_and(|v| py_truthy(&v))
+    {
+        return Err(invalid(
+            "`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`",
+        ));
+    }
+    // `render_jinja_template` iterates documents and requires each to be a dict.
+    match extra.shift_remove("documents") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(Some(Value::Array(a))),
+        Some(Value::Object(o)) if o.is_empty() => Ok(Some(Value::Object(o))),
+        Some(Value::String(s)) if s.is_empty() => Ok(Some(Value::String(s))),
+        Some(_) => Err(CountError::Template(
+            "Documents should be a list of dicts with 'title' and 'text' keys!".into(),
+        )),
+    }
+}
+
+/// `msg.model_dump()` → `normalize_assistant_tool_call_arguments` → `content=""` for
+/// None → `process_content_for_template_format` → `normalize_tool_content`.
+fn process_message(m: &Message<'_>, format: ContentFormat) -> Result<Value, CountError> {
+    // The dump, in field order; `None` marks a null value (dropped below).
+    let mut fields: Vec<(&'static str, Option<Value>)> = Vec::with_capacity(9);
+    fields.push(("role", Some(Value::String(m.role.clone()))));
+    let list_content: Option<&Vec<Part<'_>>> = match &m.content {
+        Some(Content::Parts(p)) => Some(p),
+        _ => None,
+    };
+    let text_content = match &m.content {
+        Some(Content::Text(s)) => Some((*s).to_owned()),
+        // content None becomes "".
+        None => Some(String::new()),
+        Some(Content::Parts(_)) => None,
+    };
+    fields.push(("content", text_content.map(Value::String)));
+    if !m.is_user {
+        let s = |v: Option<&str>| v.map(|s| Value::String(s.to_owned()));
+        fields.push(("tool_call_id", s(m.tool_call_id)));
+        fields.push(("name", s(m.name)));
+        fields.push(("phase", s(m.phase)));
+        fields.push(("reasoning_content", s(m.reasoning_content)));
+        let tool_calls = match &m.tool_calls {
+            None => None,
+            Some(calls) => {
+                let mut out = Vec::with_capacity(calls.len());
+                for c in calls {
+                    let arguments = match c.arguments {
+                        // `normalize_assistant_tool_call_arguments` (strict), assistant only.
+                        Some(Value::String(a)) if m.role == "assistant" => {
+                            Value::Object(parse_tool_call_arguments(a)?)
+                        }
+                        Some(v) => v.clone(),
+                        None => Value::Null,
+                    };
+                    let mut f = Map::new();
+                    f.insert(
+                        "name".into(),
+                        c.name
+                            .map(|s| Value::String(s.to_owned()))
+                            .unwrap_or(Value::Null),
+                    );
+                    f.insert("arguments".into(), arguments);
+                    let mut tc = Map::new();
+                    tc.insert(
+                        "id".into(),
+                        c.id.map(|s| Value::String(s.to_owned()))
+                            .unwrap_or(Value::Null),
+                    );
+                    tc.insert(
+                        "index".into(),
+                        c.index
+                            .map(|i| {
+                                serde_json::Number::from_i128(i)
+                                    .map(Value::Number)
+                                    .unwrap_or(Value::Null)
+                            })
+                            .unwrap_or(Value::Null),
+                    );
+                    tc.insert("type".into(), Value::String("function".into()));
+                    tc.insert("function".into(), Value::Object(f));
+                    out.push(Value::Object(tc));
+                }
+                Some(Value::Array(out))
+            }
+        };
+        fields.push(("tool_calls", tool_calls));
+        fields.push((
+            "tools",
+            m.tools
+                .as_ref()
+                .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect())),
+        ));
+        fields.push(("prefix", m.prefix.map(Value::Bool)));
+    }
+
+    let mut out = Map::new();
+    match list_content {
+        None => {
+            for (k, v) in fields {
+                if let Some(v) = v {
+                    out.insert(k.to_owned(), v);
+                }
+            }
+        }
+        Some(parts) => match format {
+            ContentFormat::OpenAi => {
+                // The other keys keep their order; `content` moves to the end.
+                for (k, v) in fields {
+                    if k == "content" {
+                        continue;
+                    }
+                    if let Some(v) = v {
+                        out.insert(k.to_owned(), v);
+                    }
+                }
+                let mut items = Vec::with_capacity(parts.len());
+                for p in parts {
+                    match p {
+                        Part::Text(t) => {
+                            let mut o = Map::new();
+                            o.insert("type".into(), Value::String("text".into()));
+                            o.insert("text".into(), Value::String((*t).to_owned()));
+                            items.push(Value::Object(o));
+                        }
+                        Part::ToolReference(name) => {
+                            let mut o = Map::new();
+                            o.insert("type".into(), Value::String("tool_reference".into()));
+                            o.insert("name".into(), Value::String((*name).to_owned()));
+                            items.push(Value::Object(o));
+                        }
+                        // Media parts were refused; thinking parts are dropped.
+                        Part::Media(_) | Part::Thinking => {}
+                    }
+                }
+                out.insert("content".into(), Value::Array(items));
+            }
+            ContentFormat::String => {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Text(t) => Some(*t),
+                        _ => None,
+                    })
+                    .collect();
+                for (k, v) in fields {
+                    if k == "content" {
+                        out.insert(k.to_owned(), Value::String(texts.join(" ")));
+                    } else if let Some(v) = v {
+                        out.insert(k.to_owned(), v);
+                    }
+                }
+            }
+        },
+    }
+    // `normalize_tool_content`: a tool message whose content is a list of text parts.
+    if m.role == "tool" {
+        if let Some(Value::Array(items)) = out.get("content") {
+            let all_text = items
+                .iter()
+                .all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text"));
+            if all_text {
+                let joined = items
+                    .iter()
+                    .map(|p| match p {
+                        Value::String(s) => s.clone(),
+                        other => match other.get("text") {
+                            Some(Value::String(s)) => s.clone(),
+                            _ => String::new(),
+                        },
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                out.insert("content".into(), Value::String(joined));
+            }
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// `parse_tool_call_arguments`: the string must be JSON and a JSON object.
+fn parse_tool_call_arguments(arguments: &str) -> Result<Map<String, Value>, CountError> {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(invalid(
+            "Assistant tool call function.arguments must be a JSON object.",
+        )),
+        Err(_) => Err(invalid(
+            "Assistant tool call function.arguments must be valid JSON.",
+        )),
+    }
+}
+
+/// `_has_message_level_tools` (on the raw body, before validation).
+fn has_message_level_tools(messages: Option<&Value>) -> bool {
+    let Some(Value::Array(items)) = messages else {
+        return false;
+    };
+    items.iter().any(|m| {
+        let role = m.get("role").and_then(Value::as_str).map(str::to_lowercase);
+        matches!(role.as_deref(), Some("root" | "system" | "developer"))
+            && m.get("tools").is_some_and(py_truthy)
+    })
+}
+
+/// Python `float(str)` for the plain decimal forms (underscores and the like are
+/// not accepted here; such an effort string is refused, as SGLang refuses most).
+fn python_float(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    match lower.trim_start_matches(['+', '-']) {
+        "inf" | "infinity" | "nan" => return t.parse::<f64>().ok().or(Some(f64::NAN)),
+        _ => {}
+    }
+    t.parse::<f64>().ok()
+}
+
+// ---------------------------------------------------------------------------
+// Tool schema type rewrite (`function_call/utils.py::normalize_json_schema_types`)
+// ---------------------------------------------------------------------------
+
+const STANDARD_TYPES: [&str; 7] = [
+    "null", "boolean", "object", "array", "number", "string", "integer",
+];
+
+fn type_alias(base: &str) -> Option<&'static str> {
+    Some(match base {
+        "str" | "text" | "varchar" | "char" | "enum" | "uuid" | "date" | "datetime" | "time"
+        | "timestamp" | "binary" | "blob" | "bytea" | "bytes" | "varbinary" => "string",
+        "bool" => "boolean",
+        "bigint" | "smallint" | "tinyint" => "integer",
+        "double" | "decimal" | "real" | "numeric" => "number",
+        "arr" | "tuple" | "set" => "array",
+        "map" => "object",
+        _ => return None,
+    })
+}
+
+/// `_matches_type_prefix`: a prefix only counts when it is the whole token or is
+/// followed by a digit, `[`, `<`, `(`, space or tab.
+fn matches_type_prefix(base: &str, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|p| {
+        base == *p
+            || (base.len() > p.len()
+                && base.starts_with(p)
+                && base[p.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit() || "[<( \t".contains(c)))
+    })
+}
+
+/// `_normalize_single_type`.
+fn normalize_single_type(raw: &str) -> Option<String> {
+    if STANDARD_TYPES.contains(&raw) {
+        return None;
+    }
+    let base = raw.split('(').next().unwrap_or("").trim().to_lowercase();
+    if STANDARD_TYPES.contains(&base.as_str()) {
+        return Some(base);
+    }
+    if let Some(m) = type_alias(&base) {
+        return Some(m.to_owned());
+    }
+    const RULES: [(&[&str], &str); 4] = [
+        (&["int", "uint", "long", "short", "unsigned"], "integer"),
+        (&["num", "float"], "number"),
+        (&["list"], "array"),
+        (&["dict"], "object"),
+    ];
+    for (prefixes, target) in RULES {
+        if matches_type_prefix(&base, prefixes) {
+            return Some(target.to_owned());
+        }
+    }
+    None
+}
+
+/// Python `==` between JSON values as the `not in` of `_normalize_type_list` sees them
+/// (`1 == 1.0 == True`).
+fn py_eq(a: &Value, b: &Value) -> bool {
+    let num = |v: &Value| match v {
+        Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    };
+    match (num(a), num(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Walks a JSON Schema in place and rewrites database-style `type` names.
+pub(crate) fn normalize_json_schema_types(schema: &mut Value) {
+    match schema {
+        Value::Array(items) => {
+            for item in items {
+                normalize_json_schema_types(item);
+            }
+        }
+        Value::Object(map) => {
+            if let Some(t) = map.get_mut("type") {
+                match t {
+                    Value::String(s) => {
+                        if let Some(n) = normalize_single_type(s) {
+                            *s = n;
+                        }
+                    }
+                    Value::Array(items) => {
+                        let mut out: Vec<Value> = Vec::with_capacity(items.len());
+                        for item in items.drain(..) {
+                            let item = match &item {
+                                Value::String(s) => {
+                                    normalize_single_type(s).map(Value::String).unwrap_or(item)
+                                }
+                                _ => item,
+                            };
+                            if !out.iter().any(|o| py_eq(o, &item)) {
+                                out.push(item);
+                            }
+                        }
+                        *items = out;
+                    }
+                    _ => {}
+                }
+            }
+            for key in [
+                "properties",
+                "patternProperties",
+                "$defs",
+                "definitions",
+                "dependentSchemas",
+            ] {
+                if let Some(Value::Object(nested)) = map.get_mut(key) {
+                    for v in nested.values_mut() {
+                        normalize_json_schema_types(v);
+                    }
+                }
+            }
+            for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+                if let Some(Value::Array(nested)) = map.get_mut(key) {
+                    for v in nested {
+                        normalize_json_schema_types(v);
+                    }
+                }
+            }
+            for key in [
+                "items",
+                "additionalProperties",
+                "not",
+                "if",
+                "then",
+                "else",
+                "contains",
+                "propertyNames",
+                "unevaluatedItems",
+                "unevaluatedProperties",
+            ] {
+                if let Some(v) = map.get_mut(key) {
+                    normalize_json_schema_types(v);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A subset of `Draft202012Validator.check_schema`: only violations the 2020-12
+/// meta-schema certainly rejects (a schema that is not an object or boolean, an
+/// unknown `type`, malformed `required`/`enum`, non-schema subschemas). Anything
+/// it misses is a request SGLang refuses and this guard forwards.
+fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
+    if depth > 200 {
+        return Err("schema is too deeply nested".into());
+    }
+    let map = match schema {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(m) => m,
+        other => return Err(format!("{other} is not of type 'object', 'boolean'")),
+    };
+    if let Some(t) = map.get("type") {
+        let ok = |v: &Value| v.as_str().is_some_and(|s| STANDARD_TYPES.contains(&s));
+        match t {
+            Value::String(_) if ok(t) => {}
+            Value::Array(items) if !items.is_empty() && items.iter().all(ok) => {
+                let mut seen = std::collections::HashSet::new();
+                if !items
+                    .iter()
+                    .all(|i| seen.insert(i.as_str().unwrap_or_default()))
+                {
+                    return Err(format!("{t} has non-unique elements"));
+                }
+            }
+            _ => return Err(format!("{t} is not valid under any of the given schemas")),
+        }
+    }
+    if let Some(r) = map.get("required") {
+        match r {
+            Value::Array(items) if items.iter().all(Value::is_string) => {
+                let mut seen = std::collections::HashSet::new();
+                if !items
+                    .iter()
+                    .all(|i| seen.insert(i.as_str().unwrap_or_default()))
+                {
+                    return Err(format!("{r} has non-unique elements"));
+                }
+            }
+            _ => return Err(format!("{r} is not of type 'array' of strings")),
+        }
+    }
+    if let Some(e) = map.get("enum") {
+        if !e.is_array() {
+            return Err(format!("{e} is not of type 'array'"));
+        }
+    }
+    for key in [
+        "properties",
+        "patternProperties",
+        "$defs",
+        "definitions",
+        "dependentSchemas",
+    ] {
+        if let Some(v) = map.get(key) {
+            let o = v
+                .as_object()
+                .ok_or_else(|| format!("{v} is not of type 'object'"))?;
+            for s in o.values() {
+                check_schema(s, depth + 1)?;
+            }
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(v) = map.get(key) {
+            match v {
+                Value::Array(a) if !a.is_empty() => {
+                    for s in a {
+                        check_schema(s, depth + 1)?;
+                    }
+                }
+                _ => return Err(format!("{v} is not a non-empty array")),
+            }
+        }
+    }
+    for key in [
+        "items",
+        "additionalProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contains",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    ] {
+        if let Some(v) = map.get(key) {
+            check_schema(v, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(body: Value, format: ContentFormat) -> ChatInputs {
+        match prepare(&body, format) {
+            Ok(Prepared::Template(t)) => t,
+            other => panic!("expected template inputs, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn type_rewrite_matches_sglang() {
+        let mut s = json!({"type": "object", "properties": {
+            "a": {"type": "varchar(64)"}, "b": {"type": "int"}, "c": {"type": "list[str]"},
+            "d": {"type": "internal"}, "e": {"type": ["int", "integer", "null"]}, "f": {"type": "Float64"}}});
+        normalize_json_schema_types(&mut s);
+        assert_eq!(
+            s["properties"],
+            json!({"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "array"},
+                   "d": {"type": "internal"}, "e": {"type": ["integer", "null"]}, "f": {"type": "number"}})
+        );
+    }
+
+    #[test]
+    fn user_role_is_exact_and_other_roles_lowercase() {
+        let body = json!({"messages": [{"role": "USER", "content": "x"}]});
+        assert!(matches!(
+            prepare(&body, ContentFormat::String),
+            Err(CountError::Invalid { .. })
+        ));
+        let t = template(
+            json!({"messages": [{"role": "System", "content": "s", "name": "n"}, {"role": "user", "name": "a", "content": "u"}]}),
+            ContentFormat::String,
+        );
+        assert_eq!(
+            t.messages,
+            json!([{"role": "system", "content": "s", "name": "n"}, {"role": "user", "content": "u"}])
+        );
+    }
+
+    #[test]
+    fn trailing_assistant_becomes_user_or_prefix() {
+        let msgs = json!([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "tool_calls": []}]);
+        let t = template(json!({"messages": msgs}), ContentFormat::String);
+        assert_eq!(t.messages[1], json!({"role": "user", "content": "a"}));
+        let t = template(
+            json!({"messages": msgs, "continue_final_message": "yes"}),
+            ContentFormat::String,
+        );
+        assert_eq!(t.messages.as_array().map(Vec::len), Some(1));
+        assert_eq!(t.assistant_prefix.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn content_parts_by_format() {
+        let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": ""}, {"type": "text", "text": "b"}]},
+                                       {"role": "tool", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}], "tool_call_id": "1"}]});
+        let t = template(body.clone(), ContentFormat::String);
+        assert_eq!(t.messages[0]["content"], json!("a  b"));
+        let t = template(body, ContentFormat::OpenAi);
+        assert_eq!(
+            t.messages[0]["content"][1],
+            json!({"type": "text", "text": ""})
+        );
+        // Tool message: content moved to the end, then joined.
+        assert_eq!(
+            t.messages[1],
+            json!({"role": "tool", "tool_call_id": "1", "content": "x y"})
+        );
+        let keys: Vec<&String> = t.messages[1]
+            .as_object()
+            .map(|o| o.keys().collect())
+            .unwrap_or_default();
+        assert_eq!(keys, ["role", "tool_call_id", "content"]);
+    }
+
+    #[test]
+    fn tool_dump_and_arguments() {
+        let body = json!({"messages": [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"b\": 1, \"a\": [true]}"}}]},
+            {"role": "user", "content": "q2"}],
+            "tools": [{"type": "function", "function": {"parameters": {"type": "object"}, "name": "f"}}]});
+        let t = template(body, ContentFormat::String);
+        assert_eq!(
+            t.tools,
+            Some(
+                json!([{"type": "function", "function": {"parameters": {"type": "object"}, "name": "f", "description": null}, "defer_loading": null}])
+            )
+        );
+        assert_eq!(
+            t.messages[1],
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c", "index": null, "type": "function", "function": {"name": "f", "arguments": {"b": 1, "a": [true]}}}]})
+        );
+        let bad = json!({"messages": [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": "{"}}]}, {"role": "user", "content": "x"}]});
+        assert!(matches!(
+            prepare(&bad, ContentFormat::String),
+            Err(CountError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn reasoning_effort_sets_thinking_and_pops_from_kwargs() {
+        let t = template(
+            json!({"messages": [{"role": "user", "content": "q"}], "reasoning_effort": "none"}),
+            ContentFormat::String,
+        );
+        assert_eq!(
+            t.extra,
+            json!({"reasoning_effort": "none", "thinking": false, "enable_thinking": false})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        );
+        let t = template(
+            json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"reasoning_effort": "low", "x": 1}}),
+            ContentFormat::String,
+        );
+        assert_eq!(
+            t.extra,
+            json!({"reasoning_effort": "low", "x": 1})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        );
+    }
+
+    #[test]
+    fn request_checks() {
+        let refuse = |body: Value| prepare(&body, ContentFormat::String).is_err();
+        assert!(refuse(json!({"messages": []})));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": "q"}], "tool_choice": "required"})
+        ));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"chat_template": "x"}})
+        ));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"tokenize": true}})
+        ));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": null}]})
+        ));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]})
+        ));
+        assert!(refuse(
+            json!({"messages": [{"role": "user", "content": "q"}], "input_ids": []})
+        ));
+        assert!(matches!(
+            prepare(
+                &json!({"messages": [{"role": "user", "content": "q"}], "input_ids": [1, "2", 3.0]}),
+                ContentFormat::String
+            ),
+            Ok(Prepared::Ids(3))
+        ));
+    }
+}
