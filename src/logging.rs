@@ -4,6 +4,7 @@
 //! here, at any level, is given a body or a prompt. The decision line carries
 //! only counts, limits, names and identifiers.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use tracing::Subscriber;
@@ -19,7 +20,8 @@ pub const DEFAULT_FILTER: &str = "info";
 /// for the CLI's own output). `RUST_LOG` overrides the default filter.
 pub fn init(format: LogFormat) -> Result<(), tracing::subscriber::SetGlobalDefaultError> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_FILTER.to_string());
-    tracing::subscriber::set_global_default(subscriber(format, &filter, std::io::stderr))
+    let ansi = std::io::stderr().is_terminal();
+    tracing::subscriber::set_global_default(build(format, &filter, std::io::stderr, ansi))
 }
 
 /// The subscriber [`init`] installs, writing to `writer`; tests use it with
@@ -32,17 +34,33 @@ pub fn subscriber<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    build(format, filter, writer, false)
+}
+
+/// `ansi`: colours, only for a terminal; files and collectors get plain text.
+fn build<W>(
+    format: LogFormat,
+    filter: &str,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn Subscriber + Send + Sync>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
+        .with_writer(writer)
+        .with_ansi(ansi);
     match format {
         LogFormat::Human => Box::new(builder.finish()),
+        // The request span (its `request_id`) ties warnings to their decision line.
         LogFormat::Json => Box::new(
             builder
                 .json()
                 .flatten_event(true)
-                .with_current_span(false)
+                .with_current_span(true)
+                .with_span_list(false)
                 .finish(),
         ),
     }
@@ -83,7 +101,7 @@ pub fn decision(line: &DecisionLine<'_>) {
         reason = line.reason,
         status = line.status,
         upstream_status = line.upstream_status,
-        latency_ms = line.latency.as_secs_f64() * 1000.0,
+        latency_ms = line.latency.as_micros() as f64 / 1000.0,
         "decision"
     );
 }

@@ -90,7 +90,11 @@ impl Upstream {
     pub async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, Reason> {
         match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
             Err(_) => Err(Reason::UpstreamTimeout),
-            Ok(Err(e)) => Err(classify(&e)),
+            Ok(Err(e)) => {
+                // The detail (addresses, OS error) is for operators, not clients.
+                tracing::warn!(error = %ErrorChain(&e), "upstream request failed");
+                Err(classify(&e))
+            }
             Ok(Ok(resp)) => Ok(resp),
         }
     }
@@ -113,6 +117,22 @@ fn classify(e: &hyper_util::client::legacy::Error) -> Reason {
         Reason::UpstreamUnavailable("could not connect to the upstream".into())
     } else {
         Reason::UpstreamUnavailable("the upstream closed the connection without a response".into())
+    }
+}
+
+/// An error and its sources, `: `-separated: hyper's top-level message alone
+/// ("client error (Connect)") does not say what failed.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(s) = source {
+            write!(f, ": {s}")?;
+            source = s.source();
+        }
+        Ok(())
     }
 }
 
