@@ -1,0 +1,257 @@
+//! Golden test: every count must equal what SGLang 0.5.23 computes
+//! (`shared/goldens/<fixture>.jsonl` → `tokens_sglang`), every refusal must be a
+//! refusal, and every rendered chat prompt must hash to `rendered_sha256_sglang`.
+//!
+//! Fixtures run in parallel threads (each tokenizer is loaded once); the test
+//! prints a per-fixture score table and fails listing every mismatch.
+
+#[path = "common/shared.rs"]
+mod shared;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use prefill_guard::count::{Clock, CountError, ModelCounter, Unit};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+struct FixtureResult {
+    name: String,
+    matched: usize,
+    total: usize,
+    skipped: usize,
+    mismatches: Vec<String>,
+}
+
+/// The goldens pin `strftime_now()` to 2025-01-15 12:00:00.
+fn clock() -> Clock {
+    let t = chrono::NaiveDate::from_ymd_opt(2025, 1, 15).and_then(|d| d.and_hms_opt(12, 0, 0)).expect("valid date");
+    Clock::Fixed(t)
+}
+
+/// A minimal stand-in for the route extraction of `src/inspect/extract.rs`:
+/// the units SGLang makes of a completions/generate body, or SGLang's refusal.
+fn text_units(endpoint: &str, req: &Value) -> Result<Vec<Unit>, String> {
+    fn ids_or_text(v: &Value, key: &str) -> Result<Vec<Unit>, String> {
+        match v {
+            Value::String(s) => Ok(vec![Unit::Text(s.clone())]),
+            Value::Array(items) if items.iter().all(Value::is_string) => {
+                Ok(items.iter().map(|s| Unit::Text(s.as_str().unwrap_or_default().to_owned())).collect())
+            }
+            Value::Array(items) if items.iter().all(Value::is_number) => Ok(vec![Unit::Ids(items.len())]),
+            Value::Array(items) if items.iter().all(Value::is_array) => {
+                Ok(items.iter().map(|row| Unit::Ids(row.as_array().map_or(0, Vec::len))).collect())
+            }
+            _ => Err(format!("unsupported {key} shape")),
+        }
+    }
+    match endpoint {
+        "completions" => {
+            let prompt = req.get("prompt").ok_or("no prompt")?;
+            // `OpenAIServingCompletion._validate_request`: "Prompt cannot be empty".
+            let empty = match prompt {
+                Value::String(s) => s.is_empty(),
+                Value::Array(items) => items.is_empty() || items.iter().all(|i| i.as_str() == Some("")),
+                _ => false,
+            };
+            if empty {
+                return Err("Prompt cannot be empty".into());
+            }
+            ids_or_text(prompt, "prompt")
+        }
+        "generate" => {
+            if let Some(ids) = req.get("input_ids") {
+                if ids.as_array().is_some_and(Vec::is_empty) {
+                    return Err("input_ids cannot be empty".into());
+                }
+                ids_or_text(ids, "input_ids")
+            } else {
+                ids_or_text(req.get("text").ok_or("no text")?, "text")
+            }
+        }
+        other => Err(format!("unknown endpoint {other}")),
+    }
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn describe(e: &CountError) -> String {
+    let s = e.to_string();
+    let mut short: String = s.chars().take(160).collect();
+    if short.len() < s.len() {
+        short.push('…');
+    }
+    short
+}
+
+fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
+    let mut res = FixtureResult { name: name.to_owned(), matched: 0, total: 0, skipped: 0, mismatches: Vec::new() };
+    let counter = match ModelCounter::load(&shared.join("tokenizers").join(name)) {
+        Ok(c) => c,
+        Err(e) => {
+            res.mismatches.push(format!("{name}: load failed: {e}"));
+            return res;
+        }
+    };
+    let lines_path = shared.join("goldens").join(format!("{name}.jsonl"));
+    let text = match std::fs::read_to_string(&lines_path) {
+        Ok(t) => t,
+        Err(e) => {
+            res.mismatches.push(format!("{name}: cannot read {}: {e}", lines_path.display()));
+            return res;
+        }
+    };
+    let clock = clock();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let golden: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                res.mismatches.push(format!("{name}: bad golden line: {e}"));
+                continue;
+            }
+        };
+        let case = golden["case"].as_str().unwrap_or("?").to_owned();
+        let endpoint = golden["endpoint"].as_str().unwrap_or("?");
+        let case_path = shared.join("goldens").join("cases").join(format!("{case}.json"));
+        let request = match std::fs::read_to_string(&case_path).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()) {
+            Some(c) => c["request"].clone(),
+            None => {
+                res.mismatches.push(format!("{name}/{case}: cannot read {}", case_path.display()));
+                continue;
+            }
+        };
+        let expected = &golden["tokens_sglang"];
+        let refused = expected.is_null();
+        let mut problems: Vec<String> = Vec::new();
+        let mut checked = false;
+
+        if endpoint == "chat" {
+            if let Some(want) = golden.get("rendered_sha256_sglang").and_then(Value::as_str) {
+                checked = true;
+                match counter.render_chat(&request, clock) {
+                    Ok(text) if sha256_hex(&text) == want => {}
+                    Ok(text) => problems.push(format!(
+                        "[render] sha256 differs (chars {} vs golden {})",
+                        text.chars().count(),
+                        golden["rendered_chars_sglang"]
+                    )),
+                    Err(e) => problems.push(format!("[render] refused: {}", describe(&e))),
+                }
+            }
+            if counter.can_count() {
+                checked = true;
+                let got = counter.count(&Unit::Chat(Arc::new(request.clone())), clock);
+                match (got, expected.as_u64()) {
+                    (Ok(n), Some(want)) if n as u64 == want => {}
+                    (Ok(n), Some(want)) => problems.push(format!("[count] {n} tokens, SGLang {want}")),
+                    (Ok(n), None) => problems.push(format!(
+                        "[refusal] counted {n}, SGLang refuses: {}",
+                        golden["error_sglang"].as_str().unwrap_or("?")
+                    )),
+                    (Err(_), None) => {}
+                    (Err(e), Some(want)) => problems.push(format!("[count] refused ({}), SGLang {want}", describe(&e))),
+                }
+            } else if refused && golden.get("error_sglang").is_some() {
+                // Template-only fixture: SGLang's refusal must show in rendering.
+                checked = true;
+                if let Ok(text) = counter.render_chat(&request, clock) {
+                    problems.push(format!(
+                        "[refusal] rendered {} chars, SGLang refuses: {}",
+                        text.chars().count(),
+                        golden["error_sglang"].as_str().unwrap_or("?")
+                    ));
+                }
+            }
+        } else if counter.can_count() {
+            checked = true;
+            let got: Result<Vec<usize>, String> = text_units(endpoint, &request).and_then(|units| {
+                units.iter().map(|u| counter.count(u, clock).map_err(|e| describe(&e))).collect()
+            });
+            let want: Option<Vec<u64>> = match expected {
+                Value::Number(n) => n.as_u64().map(|n| vec![n]),
+                Value::Array(items) => items.iter().map(Value::as_u64).collect(),
+                _ => None,
+            };
+            match (got, want) {
+                (Ok(g), Some(w)) if g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| *a as u64 == *b) => {}
+                (Ok(g), Some(w)) => problems.push(format!("[count] {g:?} tokens, SGLang {w:?}")),
+                (Ok(g), None) => problems.push(format!("[refusal] counted {g:?}, SGLang refuses")),
+                (Err(_), None) => {}
+                (Err(e), Some(w)) => problems.push(format!("[count] refused ({e}), SGLang {w:?}")),
+            }
+        }
+
+        if !checked {
+            res.skipped += 1;
+            continue;
+        }
+        res.total += 1;
+        if problems.is_empty() {
+            res.matched += 1;
+        } else {
+            res.mismatches.push(format!("{name}/{case} ({endpoint}): {}", problems.join("; ")));
+        }
+    }
+    res
+}
+
+fn fixtures(shared: &Path) -> Vec<String> {
+    let mut dirs: Vec<(u64, String)> = std::fs::read_dir(shared.join("tokenizers"))
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter(|e| e.path().is_dir())
+                .map(|e| {
+                    let size = std::fs::metadata(e.path().join("tokenizer.json")).map(|m| m.len()).unwrap_or(0);
+                    (size, e.file_name().to_string_lossy().into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // Largest first, so the slowest loads start at once.
+    dirs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    dirs.into_iter().map(|(_, n)| n).collect()
+}
+
+#[test]
+fn counts_match_sglang() {
+    let Some(shared) = shared::shared_dir() else { return };
+    let names = fixtures(&shared);
+    assert!(!names.is_empty(), "no fixtures under {}", shared.join("tokenizers").display());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+    let next = AtomicUsize::new(0);
+    let shared_ref: &PathBuf = &shared;
+    let mut results: Vec<FixtureResult> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(name) = names.get(i) else { break };
+                        out.push(run_fixture(shared_ref, name));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("fixture worker panicked")).collect()
+    });
+    results.sort_by(|a, b| a.name.cmp(&b.name));
+
+    println!("\n{:<14} {:>9} {:>7}", "fixture", "matched", "n/a");
+    let (mut matched, mut total) = (0, 0);
+    for r in &results {
+        println!("{:<14} {:>4}/{:<4} {:>7}", r.name, r.matched, r.total, r.skipped);
+        matched += r.matched;
+        total += r.total;
+    }
+    println!("{:<14} {:>4}/{:<4}\n", "all", matched, total);
+    let mismatches: Vec<&String> = results.iter().flat_map(|r| &r.mismatches).collect();
+    for m in &mismatches {
+        println!("MISMATCH {m}");
+    }
+    assert!(mismatches.is_empty(), "{} golden mismatches (listed above)", mismatches.len());
+}
