@@ -16,7 +16,11 @@ use crate::hub::{self, HubSettings};
 use crate::inspect::{self, json as strict_json, Route};
 
 #[derive(Debug, Parser)]
-#[command(name = "prefill-guard", version, about = "Refuses prompts SGLang's prefill pool cannot hold, counted exactly as SGLang counts them")]
+#[command(
+    name = "prefill-guard",
+    version,
+    about = "Refuses prompts SGLang's prefill pool cannot hold, counted exactly as SGLang counts them"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -189,7 +193,13 @@ pub async fn count(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<boo
     Ok(all_ok)
 }
 
-fn count_file(counter: &ModelCounter, route: Route, file: &Path, clock: Clock, rendered: bool) -> Result<Value, Reason> {
+fn count_file(
+    counter: &ModelCounter,
+    route: Route,
+    file: &Path,
+    clock: Clock,
+    rendered: bool,
+) -> Result<Value, Reason> {
     let body = std::fs::read(file).map_err(|e| Reason::InvalidRequest {
         message: format!("cannot read {}: {e}", file.display()),
         param: None,
@@ -210,7 +220,11 @@ fn count_file(counter: &ModelCounter, route: Route, file: &Path, clock: Clock, r
         .iter()
         .map(|u| counter.count(u, clock))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(if is_batch(route, &value, &request.units) { json!({ "tokens": counts }) } else { json!({ "tokens": counts[0] }) })
+    Ok(if is_batch(route, &value, &request.units) {
+        json!({ "tokens": counts })
+    } else {
+        json!({ "tokens": counts[0] })
+    })
 }
 
 /// A request is a batch when its prompt field is a list of prompts, even a
@@ -227,8 +241,14 @@ fn is_batch(route: Route, body: &Value, units: &[Unit]) -> bool {
     };
     match (route, field) {
         (_, Value::Array(items)) if items.iter().all(Value::is_string) => true,
-        (Route::Generate, Value::Array(items)) if matches!(units.first(), Some(Unit::Embeds(_))) => {
-            items.first().and_then(|r| r.as_array()).and_then(|r| r.first()).is_some_and(Value::is_array)
+        (Route::Generate, Value::Array(items))
+            if matches!(units.first(), Some(Unit::Embeds(_))) =>
+        {
+            items
+                .first()
+                .and_then(|r| r.as_array())
+                .and_then(|r| r.first())
+                .is_some_and(Value::is_array)
         }
         (_, Value::Array(items)) => items.first().is_some_and(Value::is_array),
         _ => false,

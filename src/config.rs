@@ -116,7 +116,9 @@ impl RawConfig {
             admin_listen: over.admin_listen.or(self.admin_listen),
             upstream: over.upstream.or(self.upstream),
             max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
-            upstream_connect_timeout_ms: over.upstream_connect_timeout_ms.or(self.upstream_connect_timeout_ms),
+            upstream_connect_timeout_ms: over
+                .upstream_connect_timeout_ms
+                .or(self.upstream_connect_timeout_ms),
             upstream_response_timeout_secs: over
                 .upstream_response_timeout_secs
                 .or(self.upstream_response_timeout_secs),
@@ -129,12 +131,25 @@ impl RawConfig {
                 name: over.model.name.or(self.model.name),
                 tokenizer: over.model.tokenizer.or(self.model.tokenizer),
                 revision: over.model.revision.or(self.model.revision),
-                max_req_input_len: over.model.max_req_input_len.or(self.model.max_req_input_len),
-                prefill_pool_tokens: over.model.prefill_pool_tokens.or(self.model.prefill_pool_tokens),
+                max_req_input_len: over
+                    .model
+                    .max_req_input_len
+                    .or(self.model.max_req_input_len),
+                prefill_pool_tokens: over
+                    .model
+                    .prefill_pool_tokens
+                    .or(self.model.prefill_pool_tokens),
                 context_length: over.model.context_length.or(self.model.context_length),
-                safety_margin_tokens: over.model.safety_margin_tokens.or(self.model.safety_margin_tokens),
+                safety_margin_tokens: over
+                    .model
+                    .safety_margin_tokens
+                    .or(self.model.safety_margin_tokens),
             },
-            models: if over.models.is_empty() { self.models } else { over.models },
+            models: if over.models.is_empty() {
+                self.models
+            } else {
+                over.models
+            },
         }
     }
 }
@@ -144,7 +159,11 @@ impl RawModel {
         self == &RawModel::default()
     }
 
-    fn resolve(&self, global_margin: Option<usize>, index: usize) -> Result<ModelConfig, ConfigError> {
+    fn resolve(
+        &self,
+        global_margin: Option<usize>,
+        index: usize,
+    ) -> Result<ModelConfig, ConfigError> {
         let tokenizer = self
             .tokenizer
             .clone()
@@ -169,7 +188,9 @@ impl RawModel {
         };
         let margin = self.safety_margin_tokens.or(global_margin).unwrap_or(0);
         let max_req_input_len = base.checked_sub(margin).filter(|m| *m > 0).ok_or_else(|| {
-            ConfigError(format!("model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"))
+            ConfigError(format!(
+                "model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"
+            ))
         })?;
         Ok(ModelConfig {
             name,
@@ -192,11 +213,17 @@ pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize)
 
 impl Config {
     pub fn resolve(raw: RawConfig) -> Result<Config, ConfigError> {
-        let upstream_text = raw.upstream.clone().ok_or_else(|| ConfigError("`upstream` is required".into()))?;
-        let upstream: http::Uri =
-            upstream_text.parse().map_err(|e| ConfigError(format!("upstream `{upstream_text}`: {e}")))?;
+        let upstream_text = raw
+            .upstream
+            .clone()
+            .ok_or_else(|| ConfigError("`upstream` is required".into()))?;
+        let upstream: http::Uri = upstream_text
+            .parse()
+            .map_err(|e| ConfigError(format!("upstream `{upstream_text}`: {e}")))?;
         if upstream.scheme_str() != Some("http") || upstream.authority().is_none() {
-            return Err(ConfigError(format!("upstream `{upstream_text}` must be an http:// base URL")));
+            return Err(ConfigError(format!(
+                "upstream `{upstream_text}` must be an http:// base URL"
+            )));
         }
         let mut models = Vec::new();
         if !raw.model.is_empty() {
@@ -206,26 +233,41 @@ impl Config {
             models.push(m.resolve(raw.safety_margin_tokens, i + models.len())?);
         }
         if models.is_empty() {
-            return Err(ConfigError("no model configured: set `tokenizer` and `max_req_input_len`".into()));
+            return Err(ConfigError(
+                "no model configured: set `tokenizer` and `max_req_input_len`".into(),
+            ));
         }
         let mut names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(ConfigError(format!("model name `{}` is configured twice", w[0])));
+            return Err(ConfigError(format!(
+                "model name `{}` is configured twice",
+                w[0]
+            )));
         }
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
         let count_workers = raw.count_workers.unwrap_or(cores);
         if count_workers == 0 {
             return Err(ConfigError("count_workers must be at least 1".into()));
         }
         Ok(Config {
-            listen: raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
-            admin_listen: raw.admin_listen.unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default")),
+            listen: raw
+                .listen
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default")),
+            admin_listen: raw
+                .admin_listen
+                .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default")),
             upstream,
             models,
             max_body_bytes: raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
-            upstream_connect_timeout: Duration::from_millis(raw.upstream_connect_timeout_ms.unwrap_or(5_000)),
-            upstream_response_timeout: Duration::from_secs(raw.upstream_response_timeout_secs.unwrap_or(600)),
+            upstream_connect_timeout: Duration::from_millis(
+                raw.upstream_connect_timeout_ms.unwrap_or(5_000),
+            ),
+            upstream_response_timeout: Duration::from_secs(
+                raw.upstream_response_timeout_secs.unwrap_or(600),
+            ),
             count_workers,
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),
             log_format: raw.log_format.unwrap_or_default(),
@@ -239,7 +281,8 @@ impl Config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| ConfigError(format!("{}: {e}", p.display())))?;
-                RawConfig::from_toml(&text).map_err(|e| ConfigError(format!("{}: {}", p.display(), e.0)))?
+                RawConfig::from_toml(&text)
+                    .map_err(|e| ConfigError(format!("{}: {}", p.display(), e.0)))?
             }
             None => RawConfig::default(),
         };
@@ -264,7 +307,10 @@ mod tests {
     fn refuses_to_start_without_a_limit() {
         let raw = RawConfig {
             upstream: Some("http://127.0.0.1:1".into()),
-            model: RawModel { tokenizer: Some("t".into()), ..Default::default() },
+            model: RawModel {
+                tokenizer: Some("t".into()),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let err = Config::resolve(raw).unwrap_err();
@@ -279,7 +325,10 @@ mod tests {
              [[models]]\nname = \"b\"\ntokenizer = \"/m/b\"\nmax_req_input_len = 1000\nsafety_margin_tokens = 0\n",
         )
         .unwrap();
-        let flags = RawConfig { max_body_bytes: Some(7), ..Default::default() };
+        let flags = RawConfig {
+            max_body_bytes: Some(7),
+            ..Default::default()
+        };
         let cfg = Config::resolve(file.merge(flags)).unwrap();
         assert_eq!(cfg.max_body_bytes, 7);
         assert_eq!(cfg.models[0].max_req_input_len, 681_274 - 10);

@@ -14,9 +14,21 @@ const TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message['rol
 /// Writes `tokenizer.json` and `tokenizer_config.json` into `dir`.
 pub fn write_demo_model(dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let words = ["[UNK]", "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "hello", "world"];
-    let vocab: serde_json::Map<String, serde_json::Value> =
-        words.iter().enumerate().map(|(i, w)| (w.to_string(), json!(i))).collect();
+    let words = [
+        "[UNK]",
+        "<|im_start|>",
+        "<|im_end|>",
+        "user",
+        "assistant",
+        "system",
+        "hello",
+        "world",
+    ];
+    let vocab: serde_json::Map<String, serde_json::Value> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), json!(i)))
+        .collect();
     let special = |id: usize, content: &str| {
         json!({"id": id, "content": content, "single_word": false, "lstrip": false,
                "rstrip": false, "normalized": false, "special": true})
@@ -38,7 +50,13 @@ pub fn write_demo_model(dir: &Path) -> io::Result<()> {
         "unk_token": "[UNK]",
         "chat_template": TEMPLATE,
     });
-    std::fs::write(dir.join("tokenizer.json"), serde_json::to_vec_pretty(&tokenizer)?)?;
-    std::fs::write(dir.join("tokenizer_config.json"), serde_json::to_vec_pretty(&config)?)?;
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        serde_json::to_vec_pretty(&tokenizer)?,
+    )?;
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        serde_json::to_vec_pretty(&config)?,
+    )?;
     Ok(())
 }

@@ -21,7 +21,10 @@ pub enum Reason {
     DuplicateKey(String),
     /// Valid JSON that SGLang would refuse (wrong types, failed request checks).
     #[error("{message}")]
-    InvalidRequest { message: String, param: Option<&'static str> },
+    InvalidRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
     #[error("the chat template failed to render: {0}")]
     Template(String),
     /// Content whose token length the guard cannot see in the body.
@@ -58,7 +61,9 @@ impl From<CountError> for Reason {
             CountError::Invalid { message, param } => Reason::InvalidRequest { message, param },
             CountError::Template(m) => Reason::Template(m),
             CountError::Unsupported(m) => Reason::Unmeasurable(m),
-            e @ (CountError::NoTokenizer | CountError::Tokenizer(_)) => Reason::Internal(e.to_string()),
+            e @ (CountError::NoTokenizer | CountError::Tokenizer(_)) => {
+                Reason::Internal(e.to_string())
+            }
         }
     }
 }
@@ -218,9 +223,13 @@ mod tests {
 
     #[test]
     fn too_long_on_chat_is_openai_context_length_exceeded() {
-        let r = Reason::TooLong { tokens: 130, limit: 100 };
+        let r = Reason::TooLong {
+            tokens: 130,
+            limit: 100,
+        };
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-        let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::ChatCompletions))).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&r.body(Some(Route::ChatCompletions))).unwrap();
         assert_eq!(v["error"]["code"], "context_length_exceeded");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "messages");
@@ -231,11 +240,17 @@ mod tests {
 
     #[test]
     fn too_long_on_generate_is_sglang_shape() {
-        let r = Reason::TooLong { tokens: 5, limit: 5 };
+        let r = Reason::TooLong {
+            tokens: 5,
+            limit: 5,
+        };
         let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::Generate))).unwrap();
         assert_eq!(v.as_object().unwrap().len(), 1);
         assert_eq!(v["error"].as_object().unwrap().len(), 1);
-        assert!(v["error"]["message"].as_str().unwrap().contains("Input length (5 tokens)"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Input length (5 tokens)"));
     }
 
     #[test]

@@ -46,9 +46,20 @@ pub struct Guard {
 }
 
 impl Guard {
-    pub fn new(models: Vec<Model>, limits: Arc<Limits>, workers: usize, queue: usize, clock: Clock) -> Self {
+    pub fn new(
+        models: Vec<Model>,
+        limits: Arc<Limits>,
+        workers: usize,
+        queue: usize,
+        clock: Clock,
+    ) -> Self {
         assert!(!models.is_empty(), "the guard needs at least one model");
-        Self { models, limits, pool: CountPool::new(workers, queue), clock }
+        Self {
+            models,
+            limits,
+            pool: CountPool::new(workers, queue),
+            clock,
+        }
     }
 
     pub fn limits(&self) -> &Arc<Limits> {
@@ -75,13 +86,21 @@ impl Guard {
         d
     }
 
-    async fn decide(&self, d: &mut Decision, content_type: Option<&[u8]>, body: Bytes) -> Result<Bytes, Reason> {
+    async fn decide(
+        &self,
+        d: &mut Decision,
+        content_type: Option<&[u8]>,
+        body: Bytes,
+    ) -> Result<Bytes, Reason> {
         require_json(content_type)?;
         let value = Arc::new(json::parse_strict(&body)?);
         let request = inspect::extract(d.route, value.clone())?;
         let model = self.select(request.model.as_deref())?;
         d.model = Some(model.name.clone());
-        let limit = self.limits.get(&model.name).ok_or_else(|| Reason::LimitUnknown(model.name.clone()))?;
+        let limit = self
+            .limits
+            .get(&model.name)
+            .ok_or_else(|| Reason::LimitUnknown(model.name.clone()))?;
         d.limit = Some(limit);
 
         let started = Instant::now();
@@ -117,18 +136,33 @@ impl Guard {
     }
 
     /// Counts units on the bounded pool, stopping at the first unit that does not fit.
-    async fn count(&self, model: &Model, units: Vec<Unit>, limit: usize) -> Result<Vec<usize>, Reason> {
+    async fn count(
+        &self,
+        model: &Model,
+        units: Vec<Unit>,
+        limit: usize,
+    ) -> Result<Vec<usize>, Reason> {
         // Token ids and embeddings need no tokenizer: no reason to queue them.
-        if units.iter().all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_))) {
+        if units
+            .iter()
+            .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
+        {
             return count_units(&model.counter, &units, limit, self.clock);
         }
         let counter = model.counter.clone();
         let clock = self.clock;
-        self.pool.run(move || count_units(&counter, &units, limit, clock)).await?
+        self.pool
+            .run(move || count_units(&counter, &units, limit, clock))
+            .await?
     }
 }
 
-fn count_units(counter: &ModelCounter, units: &[Unit], limit: usize, clock: Clock) -> Result<Vec<usize>, Reason> {
+fn count_units(
+    counter: &ModelCounter,
+    units: &[Unit],
+    limit: usize,
+    clock: Clock,
+) -> Result<Vec<usize>, Reason> {
     let mut counts = Vec::with_capacity(units.len());
     for unit in units {
         let n = counter.count(unit, clock)?;
@@ -150,7 +184,9 @@ fn require_json(content_type: Option<&[u8]>) -> Result<(), Reason> {
     if ok {
         Ok(())
     } else {
-        Err(Reason::UnsupportedMediaType("requests to this route must be `Content-Type: application/json`".into()))
+        Err(Reason::UnsupportedMediaType(
+            "requests to this route must be `Content-Type: application/json`".into(),
+        ))
     }
 }
 
@@ -172,9 +208,17 @@ impl CountPool {
         }
     }
 
-    async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T, Reason> {
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Reason> {
         let _slot = Admission::try_new(&self.admitted, self.capacity).ok_or(Reason::Overloaded)?;
-        let permit = self.running.clone().acquire_owned().await.map_err(|_| Reason::Overloaded)?;
+        let permit = self
+            .running
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Reason::Overloaded)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             work()
@@ -191,7 +235,9 @@ struct Admission(Arc<AtomicUsize>);
 impl Admission {
     fn try_new(admitted: &Arc<AtomicUsize>, capacity: usize) -> Option<Self> {
         admitted
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < capacity).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < capacity).then_some(n + 1)
+            })
             .ok()
             .map(|_| Admission(admitted.clone()))
     }
@@ -211,8 +257,16 @@ mod tests {
     fn content_type_must_be_json() {
         assert!(require_json(Some(b"application/json")).is_ok());
         assert!(require_json(Some(b"Application/JSON; charset=utf-8")).is_ok());
-        for bad in [&b"text/plain"[..], b"application/x-json", b"application/jsonx", b""] {
-            assert_eq!(require_json(Some(bad)).unwrap_err().label(), "unsupported_media_type");
+        for bad in [
+            &b"text/plain"[..],
+            b"application/x-json",
+            b"application/jsonx",
+            b"",
+        ] {
+            assert_eq!(
+                require_json(Some(bad)).unwrap_err().label(),
+                "unsupported_media_type"
+            );
         }
         assert!(require_json(None).is_err());
     }
@@ -225,7 +279,9 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..2 {
             let (pool, rx) = (pool.clone(), rx.clone());
-            held.push(tokio::spawn(async move { pool.run(move || rx.lock().unwrap().recv().ok()).await }));
+            held.push(tokio::spawn(async move {
+                pool.run(move || rx.lock().unwrap().recv().ok()).await
+            }));
         }
         // Wait until both are admitted (one running, one queued).
         while pool.admitted.load(Ordering::Acquire) < 2 {

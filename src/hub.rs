@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 /// `tokenizer_config.json` is required; the others are optional because
 /// template-only repositories and models without a separate template exist.
 const REQUIRED: &[&str] = &["tokenizer_config.json"];
-const OPTIONAL: &[&str] = &["tokenizer.json", "chat_template.jinja", "special_tokens_map.json"];
+const OPTIONAL: &[&str] = &[
+    "tokenizer.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+];
 
 #[derive(Debug, Clone)]
 pub struct HubSettings {
@@ -28,11 +32,18 @@ pub enum HubError {
     #[error("`{0}` is neither a local directory nor a Hugging Face model id (org/name)")]
     NotAModel(String),
     #[error("{repo}@{revision} is not in the cache at {cache} and HF_HUB_OFFLINE is set")]
-    NotCached { repo: String, revision: String, cache: String },
+    NotCached {
+        repo: String,
+        revision: String,
+        cache: String,
+    },
     #[error("downloading {url}: {message}")]
     Download { url: String, message: String },
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 impl HubSettings {
@@ -43,20 +54,24 @@ impl HubSettings {
 
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
         let home = get("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
-            let base = get("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(get("HOME").unwrap_or_else(|| "/".into())).join(".cache"));
+            let base = get("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| {
+                PathBuf::from(get("HOME").unwrap_or_else(|| "/".into())).join(".cache")
+            });
             base.join("huggingface")
         });
         let truthy = |v: Option<String>| {
-            v.is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+            v.is_some_and(|v| {
+                matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on")
+            })
         };
         Self {
             endpoint: get("HF_ENDPOINT")
                 .unwrap_or_else(|| "https://huggingface.co".into())
                 .trim_end_matches('/')
                 .to_string(),
-            cache_dir: get("HF_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| home.join("hub")),
+            cache_dir: get("HF_HUB_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.join("hub")),
             offline: truthy(get("HF_HUB_OFFLINE")),
             token: get("HF_TOKEN"),
         }
@@ -65,13 +80,19 @@ impl HubSettings {
 
 /// A local directory as is; otherwise a model id resolved through the cache
 /// and, unless offline, the Hub.
-pub async fn resolve(spec: &str, revision: &str, settings: &HubSettings) -> Result<PathBuf, HubError> {
+pub async fn resolve(
+    spec: &str,
+    revision: &str,
+    settings: &HubSettings,
+) -> Result<PathBuf, HubError> {
     let local = Path::new(spec);
     if local.is_dir() {
         return Ok(local.to_path_buf());
     }
     let repo = parse_repo_id(spec).ok_or_else(|| HubError::NotAModel(spec.to_string()))?;
-    let repo_dir = settings.cache_dir.join(format!("models--{}", repo.replace('/', "--")));
+    let repo_dir = settings
+        .cache_dir
+        .join(format!("models--{}", repo.replace('/', "--")));
     if let Some(dir) = cached_snapshot(&repo_dir, revision) {
         return Ok(dir);
     }
@@ -91,7 +112,8 @@ fn parse_repo_id(spec: &str) -> Option<&str> {
         !s.is_empty()
             && s != "."
             && s != ".."
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
     (ok(org) && ok(name)).then_some(spec)
 }
@@ -101,23 +123,41 @@ fn cached_snapshot(repo_dir: &Path, revision: &str) -> Option<PathBuf> {
     let commit = if is_commit_hash(revision) {
         revision.to_string()
     } else {
-        std::fs::read_to_string(repo_dir.join("refs").join(revision)).ok()?.trim().to_string()
+        std::fs::read_to_string(repo_dir.join("refs").join(revision))
+            .ok()?
+            .trim()
+            .to_string()
     };
     let dir = repo_dir.join("snapshots").join(commit);
-    REQUIRED.iter().all(|f| dir.join(f).is_file()).then_some(dir)
+    REQUIRED
+        .iter()
+        .all(|f| dir.join(f).is_file())
+        .then_some(dir)
 }
 
 fn is_commit_hash(s: &str) -> bool {
     s.len() == 40 && s.chars().all(|c| c.is_ascii_hexdigit())
 }
 
-async fn download(repo: &str, revision: &str, repo_dir: &Path, settings: &HubSettings) -> Result<PathBuf, HubError> {
+async fn download(
+    repo: &str,
+    revision: &str,
+    repo_dir: &Path,
+    settings: &HubSettings,
+) -> Result<PathBuf, HubError> {
     let client = reqwest::Client::builder()
         .build()
-        .map_err(|e| HubError::Download { url: settings.endpoint.clone(), message: e.to_string() })?;
+        .map_err(|e| HubError::Download {
+            url: settings.endpoint.clone(),
+            message: e.to_string(),
+        })?;
     let mut files: Vec<(&str, bytes::Bytes)> = Vec::new();
     let mut commit: Option<String> = None;
-    for (name, required) in REQUIRED.iter().map(|f| (*f, true)).chain(OPTIONAL.iter().map(|f| (*f, false))) {
+    for (name, required) in REQUIRED
+        .iter()
+        .map(|f| (*f, true))
+        .chain(OPTIONAL.iter().map(|f| (*f, false)))
+    {
         // Later files are fetched at the commit the first one resolved to, so a
         // push to the branch mid-download cannot mix two revisions.
         let rev = commit.as_deref().unwrap_or(revision);
@@ -126,7 +166,10 @@ async fn download(repo: &str, revision: &str, repo_dir: &Path, settings: &HubSet
         if let Some(token) = &settings.token {
             req = req.bearer_auth(token);
         }
-        let err = |message: String| HubError::Download { url: url.clone(), message };
+        let err = |message: String| HubError::Download {
+            url: url.clone(),
+            message,
+        };
         let resp = req.send().await.map_err(|e| err(e.to_string()))?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND && !required {
             continue;
@@ -148,7 +191,10 @@ async fn download(repo: &str, revision: &str, repo_dir: &Path, settings: &HubSet
     // huggingface_hub does for non-hash refs it cannot resolve).
     let commit = commit.unwrap_or_else(|| revision.to_string());
     let dir = repo_dir.join("snapshots").join(&commit);
-    let io = |path: &Path, source| HubError::Io { path: path.display().to_string(), source };
+    let io = |path: &Path, source| HubError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
     for (name, data) in files {
         // Write then rename, so a crash never leaves a truncated tokenizer in the cache.

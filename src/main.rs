@@ -18,7 +18,9 @@ async fn main() -> ExitCode {
             }
         },
         Command::Count(args) => cli::count(&args, &mut std::io::stdout().lock()).await,
-        Command::DemoModel { dir } => prefill_guard::demo::write_demo_model(&dir).map(|()| true).map_err(Into::into),
+        Command::DemoModel { dir } => prefill_guard::demo::write_demo_model(&dir)
+            .map(|()| true)
+            .map_err(Into::into),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -8,11 +8,24 @@ fn example_config_is_valid_and_sets_every_key() {
     let text = std::fs::read_to_string(&path).unwrap();
     let raw = RawConfig::from_toml(&text).unwrap();
     assert!(raw.listen.is_some() && raw.admin_listen.is_some() && raw.upstream.is_some());
-    assert!(raw.max_body_bytes.is_some() && raw.count_workers.is_some() && raw.count_queue.is_some());
-    assert!(raw.upstream_connect_timeout_ms.is_some() && raw.upstream_response_timeout_secs.is_some());
-    assert!(raw.log_format.is_some() && raw.shutdown_grace_secs.is_some() && raw.safety_margin_tokens.is_some());
+    assert!(
+        raw.max_body_bytes.is_some() && raw.count_workers.is_some() && raw.count_queue.is_some()
+    );
+    assert!(
+        raw.upstream_connect_timeout_ms.is_some() && raw.upstream_response_timeout_secs.is_some()
+    );
+    assert!(
+        raw.log_format.is_some()
+            && raw.shutdown_grace_secs.is_some()
+            && raw.safety_margin_tokens.is_some()
+    );
     // Commented-out alternatives are documented too.
-    for key in ["prefill_pool_tokens", "context_length", "revision", "safety_margin_tokens"] {
+    for key in [
+        "prefill_pool_tokens",
+        "context_length",
+        "revision",
+        "safety_margin_tokens",
+    ] {
         assert!(text.contains(key), "config example does not mention {key}");
     }
     let cfg = Config::load(Some(&path), RawConfig::default()).unwrap();

@@ -38,13 +38,30 @@ fn counts_each_file_in_order_with_batches_and_errors() {
         "chat.json",
         &json!({"model": "x", "messages": [{"role": "user", "content": "hello world"}]}),
     );
-    let out = bin().args(["count", "--tokenizer"]).arg(&model).arg(&chat).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = bin()
+        .args(["count", "--tokenizer"])
+        .arg(&model)
+        .arg(&chat)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // <|im_start|> user hello world <|im_end|> <|im_start|> assistant: whitespace is not a token.
     assert_eq!(lines(&out), vec![json!({"tokens": 7})]);
 
-    let one = write(tmp.path(), "one.json", &json!({"prompt": "hello world hello"}));
-    let batch = write(tmp.path(), "batch.json", &json!({"prompt": ["hello", "hello world"]}));
+    let one = write(
+        tmp.path(),
+        "one.json",
+        &json!({"prompt": "hello world hello"}),
+    );
+    let batch = write(
+        tmp.path(),
+        "batch.json",
+        &json!({"prompt": ["hello", "hello world"]}),
+    );
     let ids = write(tmp.path(), "ids.json", &json!({"prompt": [[1, 2, 3], [4]]}));
     let bad = write(tmp.path(), "bad.json", &json!({"prompt": ""}));
     let out = bin()
@@ -53,17 +70,29 @@ fn counts_each_file_in_order_with_batches_and_errors() {
         .args([&one, &batch, &bad, &ids])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "a refused file makes the exit status 1");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a refused file makes the exit status 1"
+    );
     let got = lines(&out);
     assert_eq!(got[0], json!({"tokens": 3}));
     assert_eq!(got[1], json!({"tokens": [1, 2]}));
     assert_eq!(got[2]["error"]["code"], "invalid_request");
-    assert!(got[2]["error"]["message"].as_str().unwrap().contains("Prompt cannot be empty"));
+    assert!(got[2]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Prompt cannot be empty"));
     assert_eq!(got[3], json!({"tokens": [3, 1]}));
 
     let dup = tmp.path().join("dup.json");
     std::fs::write(&dup, br#"{"text":"a","text":"b"}"#).unwrap();
-    let out = bin().args(["count", "--route", "/generate", "--tokenizer"]).arg(&model).arg(&dup).output().unwrap();
+    let out = bin()
+        .args(["count", "--route", "/generate", "--tokenizer"])
+        .arg(&model)
+        .arg(&dup)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(lines(&out)[0]["error"]["code"], "duplicate_key");
 }
@@ -78,8 +107,17 @@ fn print_rendered_shows_the_prompt_after_preprocessing() {
         "chat.json",
         &json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
     );
-    let out = bin().args(["count", "--print-rendered", "--tokenizer"]).arg(&model).arg(&chat).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = bin()
+        .args(["count", "--print-rendered", "--tokenizer"])
+        .arg(&model)
+        .arg(&chat)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // SGLang joins text parts with one space for string-format templates.
     assert_eq!(
         lines(&out),
@@ -89,12 +127,20 @@ fn print_rendered_shows_the_prompt_after_preprocessing() {
 
 #[test]
 fn bad_arguments_are_explained() {
-    let out = bin().args(["count", "--tokenizer", "/nonexistent-dir", "x.json"]).output().unwrap();
+    let out = bin()
+        .args(["count", "--tokenizer", "/nonexistent-dir", "x.json"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent-dir"));
     let tmp = tempfile::tempdir().unwrap();
     prefill_guard::demo::write_demo_model(tmp.path()).unwrap();
-    let out = bin().args(["count", "--route", "/flush_cache", "--tokenizer"]).arg(tmp.path()).arg("x.json").output().unwrap();
+    let out = bin()
+        .args(["count", "--route", "/flush_cache", "--tokenizer"])
+        .arg(tmp.path())
+        .arg("x.json")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a route the guard counts"));
 }

@@ -22,8 +22,14 @@ async fn serve_file(
     Path((org, name, rev, file)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> impl IntoResponse {
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_string);
-    hub.seen.lock().unwrap().push((format!("{org}/{name}@{rev}/{file}"), auth));
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    hub.seen
+        .lock()
+        .unwrap()
+        .push((format!("{org}/{name}@{rev}/{file}"), auth));
     match hub.files.get(&format!("{org}/{name}/{file}")) {
         Some(data) if rev == "main" || rev == COMMIT => {
             (StatusCode::OK, [("x-repo-commit", COMMIT)], data.clone()).into_response()
@@ -33,7 +39,9 @@ async fn serve_file(
 }
 
 async fn start(hub: Arc<Hub>) -> String {
-    let app = axum::Router::new().route("/{org}/{name}/resolve/{rev}/{file}", get(serve_file)).with_state(hub);
+    let app = axum::Router::new()
+        .route("/{org}/{name}/resolve/{rev}/{file}", get(serve_file))
+        .with_state(hub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -41,7 +49,12 @@ async fn start(hub: Arc<Hub>) -> String {
 }
 
 fn settings(endpoint: &str, cache: &std::path::Path, offline: bool) -> HubSettings {
-    HubSettings { endpoint: endpoint.into(), cache_dir: cache.into(), offline, token: Some("hf_test".into()) }
+    HubSettings {
+        endpoint: endpoint.into(),
+        cache_dir: cache.into(),
+        offline,
+        token: Some("hf_test".into()),
+    }
 }
 
 #[tokio::test]
@@ -50,32 +63,65 @@ async fn downloads_into_the_hf_cache_then_works_offline() {
     prefill_guard::demo::write_demo_model(demo.path()).unwrap();
     let mut hub = Hub::default();
     for f in ["tokenizer.json", "tokenizer_config.json"] {
-        hub.files.insert(format!("acme/tiny/{f}"), std::fs::read(demo.path().join(f)).unwrap());
+        hub.files.insert(
+            format!("acme/tiny/{f}"),
+            std::fs::read(demo.path().join(f)).unwrap(),
+        );
     }
     let hub = Arc::new(hub);
     let endpoint = start(hub.clone()).await;
     let cache = tempfile::tempdir().unwrap();
 
-    let dir = resolve("acme/tiny", "main", &settings(&endpoint, cache.path(), false)).await.unwrap();
-    assert_eq!(dir, cache.path().join("models--acme--tiny/snapshots").join(COMMIT));
+    let dir = resolve(
+        "acme/tiny",
+        "main",
+        &settings(&endpoint, cache.path(), false),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        dir,
+        cache
+            .path()
+            .join("models--acme--tiny/snapshots")
+            .join(COMMIT)
+    );
     assert_eq!(
         std::fs::read(dir.join("tokenizer.json")).unwrap(),
         std::fs::read(demo.path().join("tokenizer.json")).unwrap()
     );
-    assert!(!dir.join("chat_template.jinja").exists(), "an optional 404 is skipped");
+    assert!(
+        !dir.join("chat_template.jinja").exists(),
+        "an optional 404 is skipped"
+    );
     assert_eq!(
         std::fs::read_to_string(cache.path().join("models--acme--tiny/refs/main")).unwrap(),
         COMMIT
     );
     {
         let seen = hub.seen.lock().unwrap();
-        assert_eq!(seen[0], ("acme/tiny@main/tokenizer_config.json".to_string(), Some("Bearer hf_test".into())));
-        assert!(seen[1..].iter().all(|(p, _)| p.contains(COMMIT)), "later files pinned to the commit: {seen:?}");
+        assert_eq!(
+            seen[0],
+            (
+                "acme/tiny@main/tokenizer_config.json".to_string(),
+                Some("Bearer hf_test".into())
+            )
+        );
+        assert!(
+            seen[1..].iter().all(|(p, _)| p.contains(COMMIT)),
+            "later files pinned to the commit: {seen:?}"
+        );
     }
 
     // Offline: served from the cache without a request.
     let before = hub.seen.lock().unwrap().len();
-    let again = resolve("acme/tiny", "main", &settings("http://127.0.0.1:9", cache.path(), true)).await.unwrap();
+    let again = resolve(
+        "acme/tiny",
+        "main",
+        &settings("http://127.0.0.1:9", cache.path(), true),
+    )
+    .await
+    .unwrap();
     assert_eq!(again, dir);
     assert_eq!(hub.seen.lock().unwrap().len(), before);
 
@@ -87,14 +133,32 @@ async fn downloads_into_the_hf_cache_then_works_offline() {
 #[tokio::test]
 async fn offline_without_cache_and_missing_models_fail_clearly() {
     let cache = tempfile::tempdir().unwrap();
-    let err = resolve("acme/absent", "main", &settings("http://127.0.0.1:9", cache.path(), true)).await.unwrap_err();
+    let err = resolve(
+        "acme/absent",
+        "main",
+        &settings("http://127.0.0.1:9", cache.path(), true),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, HubError::NotCached { .. }), "{err}");
     assert!(err.to_string().contains("HF_HUB_OFFLINE"));
 
     let endpoint = start(Arc::new(Hub::default())).await;
-    let err = resolve("acme/absent", "main", &settings(&endpoint, cache.path(), false)).await.unwrap_err();
+    let err = resolve(
+        "acme/absent",
+        "main",
+        &settings(&endpoint, cache.path(), false),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("404"), "{err}");
 
-    let err = resolve("not a model", "main", &settings(&endpoint, cache.path(), false)).await.unwrap_err();
+    let err = resolve(
+        "not a model",
+        "main",
+        &settings(&endpoint, cache.path(), false),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, HubError::NotAModel(_)));
 }

@@ -22,7 +22,9 @@ pub struct PromptRequest {
 }
 
 pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> {
-    let obj = body.as_object().ok_or_else(|| invalid("the request body must be a JSON object", None))?;
+    let obj = body
+        .as_object()
+        .ok_or_else(|| invalid("the request body must be a JSON object", None))?;
     let model = match obj.get("model") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -33,11 +35,18 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
         Route::Completions => completions_units(obj.get("prompt"))?,
         Route::Generate => generate_units(obj)?,
     };
-    Ok(PromptRequest { route, model, units })
+    Ok(PromptRequest {
+        route,
+        model,
+        units,
+    })
 }
 
 fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Reason {
-    Reason::InvalidRequest { message: message.into(), param }
+    Reason::InvalidRequest {
+        message: message.into(),
+        param,
+    }
 }
 
 /// `CompletionRequest.prompt: Union[List[int], List[List[int]], str, List[str]]`,
@@ -51,12 +60,20 @@ fn completions_units(prompt: Option<&Value>) -> Result<Vec<Unit>, Reason> {
         Some(Value::Array(items)) if items.is_empty() => return Err(empty()),
         Some(Value::Array(items)) => {
             let units = text_or_ids_batch(items, "prompt")?;
-            if units.iter().all(|u| matches!(u, Unit::Text(t) if t.is_empty())) {
+            if units
+                .iter()
+                .all(|u| matches!(u, Unit::Text(t) if t.is_empty()))
+            {
                 return Err(empty());
             }
             units
         }
-        Some(_) => return Err(invalid("`prompt` must be a string, a list of strings or token ids", Some("prompt"))),
+        Some(_) => {
+            return Err(invalid(
+                "`prompt` must be a string, a list of strings or token ids",
+                Some("prompt"),
+            ))
+        }
     };
     Ok(units)
 }
@@ -65,7 +82,10 @@ fn completions_units(prompt: Option<&Value>) -> Result<Vec<Unit>, Reason> {
 /// sequence of ids) or all integer lists (a batch of id sequences).
 fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, Reason> {
     if items.iter().all(Value::is_string) {
-        return Ok(items.iter().map(|v| Unit::Text(v.as_str().unwrap_or_default().to_owned())).collect());
+        return Ok(items
+            .iter()
+            .map(|v| Unit::Text(v.as_str().unwrap_or_default().to_owned()))
+            .collect());
     }
     if items.iter().all(is_token_id) {
         return Ok(vec![Unit::Ids(items.len())]);
@@ -74,12 +94,20 @@ fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, 
         return items
             .iter()
             .map(|row| match row.as_array() {
-                Some(ids) if !ids.is_empty() && ids.iter().all(is_token_id) => Ok(Unit::Ids(ids.len())),
-                _ => Err(invalid(format!("`{param}` rows must be non-empty lists of token ids"), Some(param))),
+                Some(ids) if !ids.is_empty() && ids.iter().all(is_token_id) => {
+                    Ok(Unit::Ids(ids.len()))
+                }
+                _ => Err(invalid(
+                    format!("`{param}` rows must be non-empty lists of token ids"),
+                    Some(param),
+                )),
             })
             .collect();
     }
-    Err(invalid(format!("`{param}` mixes strings, token ids and lists"), Some(param)))
+    Err(invalid(
+        format!("`{param}` mixes strings, token ids and lists"),
+        Some(param),
+    ))
 }
 
 /// What pydantic's lax `int` accepts in a token list: integers, whole floats
@@ -87,7 +115,9 @@ fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, 
 /// anything whose reading depends on a coercion it would have to guess.
 fn is_token_id(v: &Value) -> bool {
     match v {
-        Value::Number(n) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        Value::Number(n) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         Value::Bool(_) => true,
         _ => false,
     }
@@ -116,28 +146,54 @@ fn generate_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Rea
         ["text"] => match &obj["text"] {
             Value::String(s) => Ok(vec![Unit::Text(s.clone())]),
             Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_string) => {
-                Ok(items.iter().map(|v| Unit::Text(v.as_str().unwrap_or_default().to_owned())).collect())
+                Ok(items
+                    .iter()
+                    .map(|v| Unit::Text(v.as_str().unwrap_or_default().to_owned()))
+                    .collect())
             }
-            _ => Err(invalid("`text` must be a string or a non-empty list of strings", Some("text"))),
+            _ => Err(invalid(
+                "`text` must be a string or a non-empty list of strings",
+                Some("text"),
+            )),
         },
         ["input_ids"] => match &obj["input_ids"] {
             Value::Array(items) if !items.is_empty() && !items.iter().any(Value::is_string) => {
                 text_or_ids_batch(items, "input_ids")
             }
-            _ => Err(invalid("`input_ids` must be a non-empty list of token ids or of id lists", Some("input_ids"))),
+            _ => Err(invalid(
+                "`input_ids` must be a non-empty list of token ids or of id lists",
+                Some("input_ids"),
+            )),
         },
         ["input_embeds"] => embeds_units(&obj["input_embeds"]),
-        [] => Err(invalid("Either text, input_ids or input_embeds should be provided.", None)),
-        _ => Err(invalid(format!("only one of text, input_ids and input_embeds may be given, got {}", given.join(", ")), None)),
+        [] => Err(invalid(
+            "Either text, input_ids or input_embeds should be provided.",
+            None,
+        )),
+        _ => Err(invalid(
+            format!(
+                "only one of text, input_ids and input_embeds may be given, got {}",
+                given.join(", ")
+            ),
+            None,
+        )),
     }
 }
 
 /// `input_embeds`: `[[f; d]; n]` is one sequence of n tokens; `[[[f; d]; n]; b]`
 /// a batch of b sequences.
 fn embeds_units(v: &Value) -> Result<Vec<Unit>, Reason> {
-    let bad = || invalid("`input_embeds` must be a 2-D or 3-D list of numbers", Some("input_embeds"));
+    let bad = || {
+        invalid(
+            "`input_embeds` must be a 2-D or 3-D list of numbers",
+            Some("input_embeds"),
+        )
+    };
     let rows = v.as_array().filter(|r| !r.is_empty()).ok_or_else(bad)?;
-    let is_vector = |x: &Value| x.as_array().is_some_and(|e| !e.is_empty() && e.iter().all(Value::is_number));
+    let is_vector = |x: &Value| {
+        x.as_array()
+            .is_some_and(|e| !e.is_empty() && e.iter().all(Value::is_number))
+    };
     if rows.iter().all(is_vector) {
         return Ok(vec![Unit::Embeds(rows.len())]);
     }
@@ -172,36 +228,104 @@ mod tests {
 
     #[test]
     fn completions_prompt_shapes() {
-        assert_eq!(units(Route::Completions, json!({"prompt": "abc"})).unwrap(), ["text:3"]);
-        assert_eq!(units(Route::Completions, json!({"prompt": ["a", ""]})).unwrap(), ["text:1", "text:0"]);
-        assert_eq!(units(Route::Completions, json!({"prompt": [1, 2, 3]})).unwrap(), ["ids:3"]);
-        assert_eq!(units(Route::Completions, json!({"prompt": [[1], [2, 3]]})).unwrap(), ["ids:1", "ids:2"]);
-        for bad in [json!(""), json!([]), json!(["", ""]), json!([1, "a"]), json!(3), json!([[1], []])] {
-            assert_eq!(units(Route::Completions, json!({ "prompt": bad })).unwrap_err(), "invalid_request");
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": "abc"})).unwrap(),
+            ["text:3"]
+        );
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": ["a", ""]})).unwrap(),
+            ["text:1", "text:0"]
+        );
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": [1, 2, 3]})).unwrap(),
+            ["ids:3"]
+        );
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": [[1], [2, 3]]})).unwrap(),
+            ["ids:1", "ids:2"]
+        );
+        for bad in [
+            json!(""),
+            json!([]),
+            json!(["", ""]),
+            json!([1, "a"]),
+            json!(3),
+            json!([[1], []]),
+        ] {
+            assert_eq!(
+                units(Route::Completions, json!({ "prompt": bad })).unwrap_err(),
+                "invalid_request"
+            );
         }
     }
 
     #[test]
     fn generate_inputs() {
-        assert_eq!(units(Route::Generate, json!({"text": ""})).unwrap(), ["text:0"]);
-        assert_eq!(units(Route::Generate, json!({"text": ["ab", "c"]})).unwrap(), ["text:2", "text:1"]);
-        assert_eq!(units(Route::Generate, json!({"input_ids": [[1, 2], [3]]})).unwrap(), ["ids:2", "ids:1"]);
-        assert_eq!(units(Route::Generate, json!({"input_embeds": [[0.1, 0.2], [0.3, 0.4]]})).unwrap(), ["embeds:2"]);
         assert_eq!(
-            units(Route::Generate, json!({"input_embeds": [[[0.1]], [[0.1], [0.2], [0.3]]]})).unwrap(),
+            units(Route::Generate, json!({"text": ""})).unwrap(),
+            ["text:0"]
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"text": ["ab", "c"]})).unwrap(),
+            ["text:2", "text:1"]
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": [[1, 2], [3]]})).unwrap(),
+            ["ids:2", "ids:1"]
+        );
+        assert_eq!(
+            units(
+                Route::Generate,
+                json!({"input_embeds": [[0.1, 0.2], [0.3, 0.4]]})
+            )
+            .unwrap(),
+            ["embeds:2"]
+        );
+        assert_eq!(
+            units(
+                Route::Generate,
+                json!({"input_embeds": [[[0.1]], [[0.1], [0.2], [0.3]]]})
+            )
+            .unwrap(),
             ["embeds:1", "embeds:3"]
         );
-        assert_eq!(units(Route::Generate, json!({"input_ids": []})).unwrap_err(), "invalid_request");
-        assert_eq!(units(Route::Generate, json!({"text": "a", "input_ids": [1]})).unwrap_err(), "invalid_request");
-        assert_eq!(units(Route::Generate, json!({})).unwrap_err(), "invalid_request");
-        assert_eq!(units(Route::Generate, json!({"text": "a", "image_data": "x"})).unwrap_err(), "unmeasurable_content");
-        assert_eq!(units(Route::Generate, json!({"text": "a", "session_params": {"id": "s"}})).unwrap_err(), "unmeasurable_content");
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": []})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"text": "a", "input_ids": [1]})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(Route::Generate, json!({})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"text": "a", "image_data": "x"})).unwrap_err(),
+            "unmeasurable_content"
+        );
+        assert_eq!(
+            units(
+                Route::Generate,
+                json!({"text": "a", "session_params": {"id": "s"}})
+            )
+            .unwrap_err(),
+            "unmeasurable_content"
+        );
     }
 
     #[test]
     fn model_must_be_a_string() {
-        assert_eq!(units(Route::Completions, json!({"model": 3, "prompt": "a"})).unwrap_err(), "invalid_request");
-        let p = extract(Route::ChatCompletions, Arc::new(json!({"model": "m", "messages": []}))).unwrap();
+        assert_eq!(
+            units(Route::Completions, json!({"model": 3, "prompt": "a"})).unwrap_err(),
+            "invalid_request"
+        );
+        let p = extract(
+            Route::ChatCompletions,
+            Arc::new(json!({"model": "m", "messages": []})),
+        )
+        .unwrap();
         assert_eq!(p.model.as_deref(), Some("m"));
     }
 }

@@ -24,7 +24,9 @@ const DUPLICATE: &str = "duplicate key ";
 fn classify(e: serde_json::Error) -> Reason {
     let text = e.to_string();
     match text.strip_prefix(DUPLICATE) {
-        Some(rest) => Reason::DuplicateKey(rest.split(" at line").next().unwrap_or(rest).to_string()),
+        Some(rest) => {
+            Reason::DuplicateKey(rest.split(" at line").next().unwrap_or(rest).to_string())
+        }
         None => Reason::InvalidJson(text),
     }
 }
@@ -63,7 +65,9 @@ impl<'de> Visitor<'de> for StrictVisitor {
         Ok(Value::Number(v.into()))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Number::from_f64(v).map(Value::Number).ok_or_else(|| E::custom("non-finite number"))
+        Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("non-finite number"))
     }
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
         Ok(Value::String(v.to_owned()))
@@ -104,8 +108,14 @@ mod tests {
 
     #[test]
     fn duplicate_keys_are_refused_at_any_depth() {
-        assert_eq!(reason(r#"{"messages":[],"messages":[{"role":"user","content":"x"}]}"#), "duplicate_key");
-        assert_eq!(reason(r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#), "duplicate_key");
+        assert_eq!(
+            reason(r#"{"messages":[],"messages":[{"role":"user","content":"x"}]}"#),
+            "duplicate_key"
+        );
+        assert_eq!(
+            reason(r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#),
+            "duplicate_key"
+        );
         assert_eq!(reason(r#"{"a":{"b":{"c":1,"c":2}}}"#), "duplicate_key");
         match parse_strict(br#"{"x":1,"x":2}"#).unwrap_err() {
             Reason::DuplicateKey(k) => assert_eq!(k, "\"x\""),
@@ -128,7 +138,8 @@ mod tests {
 
     #[test]
     fn canonical_keeps_order_and_meaning() {
-        let v = parse_strict(br#"{ "z" : 1.0, "a" : "\u00e9\n", "n": 18446744073709551615 }"#).unwrap();
+        let v =
+            parse_strict(br#"{ "z" : 1.0, "a" : "\u00e9\n", "n": 18446744073709551615 }"#).unwrap();
         assert_eq!(
             std::str::from_utf8(&canonical(&v)).unwrap(),
             "{\"z\":1.0,\"a\":\"\u{e9}\\n\",\"n\":18446744073709551615}"

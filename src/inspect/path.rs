@@ -11,7 +11,9 @@ use crate::errors::Reason;
 /// The decoded, canonical path of `uri` (no trailing slash, no query), or a refusal.
 pub fn canonical_path(uri: &Uri) -> Result<String, Reason> {
     if uri.scheme().is_some() || uri.authority().is_some() {
-        return Err(Reason::BadPath("absolute-form request targets are refused".into()));
+        return Err(Reason::BadPath(
+            "absolute-form request targets are refused".into(),
+        ));
     }
     let raw = uri.path();
     if !raw.starts_with('/') {
@@ -23,15 +25,26 @@ pub fn canonical_path(uri: &Uri) -> Result<String, Reason> {
     let decoded = percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| Reason::BadPath("the path is not UTF-8 once decoded".into()))?;
-    if decoded.chars().any(|c| c.is_control() || c == ';' || c == '#' || c == '%' || c == '\\' || c == '?') {
-        return Err(Reason::BadPath("the path holds characters no SGLang route has".into()));
+    if decoded
+        .chars()
+        .any(|c| c.is_control() || c == ';' || c == '#' || c == '%' || c == '\\' || c == '?')
+    {
+        return Err(Reason::BadPath(
+            "the path holds characters no SGLang route has".into(),
+        ));
     }
     let trimmed = match decoded.strip_suffix('/') {
         Some(t) if !t.is_empty() => t,
         _ => &decoded,
     };
-    if trimmed != "/" && trimmed[1..].split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
-        return Err(Reason::BadPath("empty, `.` and `..` path segments are refused".into()));
+    if trimmed != "/"
+        && trimmed[1..]
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(Reason::BadPath(
+            "empty, `.` and `..` path segments are refused".into(),
+        ));
     }
     Ok(trimmed.to_string())
 }
@@ -41,17 +54,34 @@ mod tests {
     use super::*;
 
     fn canon(target: &str) -> Result<String, String> {
-        let uri: Uri = target.parse().map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        let uri: Uri = target
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
         canonical_path(&uri).map_err(|r| r.label().to_string())
     }
 
     #[test]
     fn decodes_and_canonicalises() {
-        assert_eq!(canon("/v1/chat/completions").unwrap(), "/v1/chat/completions");
-        assert_eq!(canon("/v1/chat%2Fcompletions").unwrap(), "/v1/chat/completions");
-        assert_eq!(canon("/v1/%63hat/completions").unwrap(), "/v1/chat/completions");
-        assert_eq!(canon("/v1/chat/completions/").unwrap(), "/v1/chat/completions");
-        assert_eq!(canon("/v1/chat/completions%2F").unwrap(), "/v1/chat/completions");
+        assert_eq!(
+            canon("/v1/chat/completions").unwrap(),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            canon("/v1/chat%2Fcompletions").unwrap(),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            canon("/v1/%63hat/completions").unwrap(),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            canon("/v1/chat/completions/").unwrap(),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            canon("/v1/chat/completions%2F").unwrap(),
+            "/v1/chat/completions"
+        );
         assert_eq!(canon("/generate?x=1").unwrap(), "/generate");
         assert_eq!(canon("/").unwrap(), "/");
     }

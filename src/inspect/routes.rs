@@ -63,15 +63,23 @@ pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Rea
         return if allowed {
             Ok(RouteClass::Inspect(route))
         } else {
-            Err(Reason::MethodNotAllowed { method: method.to_string(), path: canonical_path.to_string() })
+            Err(Reason::MethodNotAllowed {
+                method: method.to_string(),
+                path: canonical_path.to_string(),
+            })
         };
     }
     if PASS_THROUGH.contains(&canonical_path) {
         return if method == Method::GET || method == Method::HEAD {
             Ok(RouteClass::PassThrough(canonical_path.to_string()))
         } else {
-            Err(Reason::MethodNotAllowed { method: method.to_string(), path: canonical_path.to_string() })
+            Err(Reason::MethodNotAllowed {
+                method: method.to_string(),
+                path: canonical_path.to_string(),
+            })
         };
     }
-    Err(Reason::RouteNotAllowed { path: canonical_path.to_string() })
+    Err(Reason::RouteNotAllowed {
+        path: canonical_path.to_string(),
+    })
 }

@@ -13,7 +13,9 @@ pub struct Limits {
 
 impl Limits {
     pub fn new(initial: impl IntoIterator<Item = (String, usize)>) -> Self {
-        Self { by_model: ArcSwap::from_pointee(initial.into_iter().collect()) }
+        Self {
+            by_model: ArcSwap::from_pointee(initial.into_iter().collect()),
+        }
     }
 
     /// `None` while no limit is known for the model: its requests are refused.
@@ -28,7 +30,12 @@ impl Limits {
     }
 
     pub fn snapshot(&self) -> Vec<(String, usize)> {
-        let mut v: Vec<_> = self.by_model.load().iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let mut v: Vec<_> = self
+            .by_model
+            .load()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         v.sort();
         v
     }

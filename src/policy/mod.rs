@@ -12,7 +12,10 @@ use crate::errors::Reason;
 /// Refuses iff the unit does not fit: `tokens >= max_req_input_len`.
 pub fn check_unit(tokens: usize, max_req_input_len: usize) -> Result<(), Reason> {
     if tokens >= max_req_input_len {
-        Err(Reason::TooLong { tokens, limit: max_req_input_len })
+        Err(Reason::TooLong {
+            tokens,
+            limit: max_req_input_len,
+        })
     } else {
         Ok(())
     }
@@ -25,7 +28,13 @@ mod tests {
     #[test]
     fn boundary_is_sglangs() {
         assert!(check_unit(99, 100).is_ok());
-        assert!(matches!(check_unit(100, 100), Err(Reason::TooLong { tokens: 100, limit: 100 })));
+        assert!(matches!(
+            check_unit(100, 100),
+            Err(Reason::TooLong {
+                tokens: 100,
+                limit: 100
+            })
+        ));
         assert!(check_unit(101, 100).is_err());
     }
 }
