@@ -1,6 +1,38 @@
-//! Hugging Face chat templates rendered the way `transformers` renders them.
-//! (stub: the real environment is being written)
+//! Hugging Face chat templates rendered the way `transformers` 5.19 renders
+//! them (Jinja2 3.1.6 in an `ImmutableSandboxedEnvironment` with
+//! `trim_blocks`, `lstrip_blocks` and loop controls), byte for byte.
+//!
+//! minijinja is the engine; what differs from Jinja2 is patched here:
+//! Python `str()`/`repr()` printing (`pyrepr`), `json.dumps` as `tojson`
+//! (`tojson`), CPython str/dict/list methods (`methods`, `unicode`), Jinja2's
+//! filters and tests (`filters`), glibc strftime (`strftime`) and SGLang's
+//! content-format detection (`detect`). See
+//! `docs/template-compat.md` for the list and for what cannot be matched.
 
+mod args;
+mod detect;
+mod filters;
+mod methods;
+mod pyformat;
+mod pyrepr;
+mod source;
+mod strftime;
+mod tojson;
+mod unicode;
+#[rustfmt::skip]
+mod unicode_tables;
+
+#[cfg(test)]
+#[rustfmt::skip]
+mod snippet_cases;
+#[cfg(test)]
+mod tests;
+
+use std::cell::Cell;
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::ValueKind;
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, UndefinedBehavior};
 use serde_json::{Map, Value};
 
 /// A template failed to compile or raised while rendering. SGLang answers such
@@ -35,17 +67,66 @@ pub struct RenderContext<'a> {
     pub now: chrono::NaiveDateTime,
 }
 
+/// A compiled chat template. Compile once, render concurrently.
 pub struct ChatTemplate {
-    env: minijinja::Environment<'static>,
+    env: Environment<'static>,
     format: ContentFormat,
 }
 
+const TEMPLATE_NAME: &str = "chat";
+
+/// The variables `render(messages=…, tools=…, documents=…,
+/// add_generation_prompt=…, **kwargs)` binds explicitly; a template kwarg
+/// with one of these names is a duplicate keyword argument in Python.
+const EXPLICIT_ARGS: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
+
+/// JSON nested deeper than this is refused rather than converted (serde_json
+/// itself stops parsing at 128 levels).
+const MAX_CONTEXT_DEPTH: usize = 512;
+
+thread_local! {
+    /// The render's clock, read by `strftime_now`. The environment is shared
+    /// by all requests, so the time cannot live in it.
+    static NOW: Cell<Option<chrono::NaiveDateTime>> = const { Cell::new(None) };
+}
+
+/// `raise_exception(msg)` carries its message out of the engine unchanged.
+#[derive(Debug)]
+struct Raised(String);
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
 impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self, TemplateError> {
-        let mut env = minijinja::Environment::new();
-        env.add_template_owned("chat", source.replace("\r\n", "\n"))
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
             .map_err(|e| TemplateError(e.to_string()))?;
-        Ok(Self { env, format: detect_content_format(source) })
+        env.set_syntax(syntax);
+        // Debug info copies template source into errors and tracks undefined
+        // origins on every lookup; neither is wanted per request.
+        env.set_debug(false);
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_formatter(format_value);
+        env.set_unknown_method_callback(methods::unknown_method_callback);
+        filters::install(&mut env);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(TEMPLATE_NAME, source::normalize(source)?)
+            .map_err(|e| TemplateError(format!("chat template does not compile: {e}")))?;
+        Ok(Self {
+            env,
+            format: detect_content_format(source),
+        })
     }
 
     pub fn content_format(&self) -> ContentFormat {
@@ -53,27 +134,142 @@ impl ChatTemplate {
     }
 
     pub fn render(&self, ctx: &RenderContext<'_>) -> Result<String, TemplateError> {
-        let mut map = Map::new();
-        map.insert("messages".into(), ctx.messages.clone());
-        map.insert("tools".into(), ctx.tools.cloned().unwrap_or(Value::Null));
-        map.insert("documents".into(), ctx.documents.cloned().unwrap_or(Value::Null));
-        map.insert("add_generation_prompt".into(), Value::Bool(ctx.add_generation_prompt));
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TemplateError(e.to_string()))?;
+        for key in EXPLICIT_ARGS {
+            if ctx.extra.contains_key(key) {
+                return Err(TemplateError(format!(
+                    "TypeError: render() got multiple values for keyword argument '{key}'"
+                )));
+            }
+        }
+        let conv = |v: &Value| to_value(v, 0).map_err(map_error);
+        let none = minijinja::Value::from(());
+        let mut vars: Vec<(minijinja::Value, minijinja::Value)> =
+            Vec::with_capacity(4 + ctx.special_tokens.len() + ctx.extra.len());
+        vars.push(("messages".into(), conv(ctx.messages)?));
+        vars.push((
+            "tools".into(),
+            ctx.tools
+                .map(conv)
+                .transpose()?
+                .unwrap_or_else(|| none.clone()),
+        ));
+        vars.push((
+            "documents".into(),
+            ctx.documents.map(conv).transpose()?.unwrap_or(none),
+        ));
+        vars.push((
+            "add_generation_prompt".into(),
+            ctx.add_generation_prompt.into(),
+        ));
         for (k, v) in ctx.special_tokens {
-            map.insert(k.clone(), Value::String(v.clone()));
+            vars.push((k.as_str().into(), v.as_str().into()));
         }
         for (k, v) in ctx.extra {
-            map.insert(k.clone(), v.clone());
+            vars.push((k.as_str().into(), conv(v)?));
         }
-        let tmpl = self.env.get_template("chat").map_err(|e| TemplateError(e.to_string()))?;
-        tmpl.render(minijinja::Value::from(minijinja::value::Serde(Value::Object(map)))).map_err(|e| TemplateError(e.to_string()))
+        // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.
+        let context = minijinja::Value::from_pairs(vars);
+
+        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
+        let rv = tmpl.render(context);
+        NOW.with(|n| n.set(previous));
+        rv.map_err(map_error)
     }
 }
 
 /// SGLang's `detect_jinja_template_content_format`.
 pub fn detect_content_format(source: &str) -> ContentFormat {
-    if ["image", "audio", "video", "vision"].iter().any(|w| source.contains(w)) {
-        ContentFormat::OpenAi
-    } else {
-        ContentFormat::String
+    detect::detect_content_format(source)
+}
+
+fn map_error(e: Error) -> TemplateError {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = src {
+        if let Some(raised) = s.downcast_ref::<Raised>() {
+            return TemplateError(raised.0.clone());
+        }
+        src = s.source();
     }
+    TemplateError(e.to_string())
+}
+
+/// Prints values as Python's `str()` does (`True`, `None`, `{'a': 1}`, `1e-05`).
+fn format_value(
+    out: &mut Output,
+    state: &mut State,
+    value: &minijinja::Value,
+) -> Result<(), Error> {
+    let write_err = |_| Error::new(ErrorKind::WriteFailure, "formatting failed");
+    if let Some(s) = value.as_str() {
+        return out.write_str(s).map_err(write_err);
+    }
+    match value.kind() {
+        ValueKind::Undefined => Ok(()),
+        ValueKind::Invalid => minijinja::escape_formatter(out, state, value),
+        _ => {
+            let mut s = String::new();
+            pyrepr::push_str(&mut s, value)?;
+            out.write_str(&s).map_err(write_err)
+        }
+    }
+}
+
+fn raise_exception(message: minijinja::Value) -> Result<minijinja::Value, Error> {
+    let msg = pyrepr::to_str(&message)?;
+    Err(Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))
+}
+
+fn strftime_now(format: minijinja::Value) -> Result<minijinja::Value, Error> {
+    let Some(fmt) = format.as_str() else {
+        return Err(args::type_error(format!(
+            "strftime() argument 1 must be str, not {}",
+            tojson::py_type_name(&format)
+        )));
+    };
+    let now = NOW
+        .with(Cell::get)
+        .unwrap_or_else(|| chrono::Local::now().naive_local());
+    Ok(minijinja::Value::from(strftime::strftime(fmt, &now)))
+}
+
+/// Converts request JSON to template values: integers stay integers and
+/// floats stay floats (`1.0` prints as `1.0`), objects keep their key order.
+fn to_value(v: &Value, depth: usize) -> Result<minijinja::Value, Error> {
+    if depth > MAX_CONTEXT_DEPTH {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            "request JSON is nested too deeply",
+        ));
+    }
+    Ok(match v {
+        Value::Null => minijinja::Value::from(()),
+        Value::Bool(b) => minijinja::Value::from(*b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                minijinja::Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                minijinja::Value::from(u)
+            } else {
+                minijinja::Value::from(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        Value::String(s) => minijinja::Value::from(s.as_str()),
+        Value::Array(items) => minijinja::Value::from(
+            items
+                .iter()
+                .map(|x| to_value(x, depth + 1))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Value::Object(map) => {
+            let mut pairs = Vec::with_capacity(map.len());
+            for (k, x) in map {
+                pairs.push((minijinja::Value::from(k.as_str()), to_value(x, depth + 1)?));
+            }
+            minijinja::Value::from_pairs(pairs)
+        }
+    })
 }

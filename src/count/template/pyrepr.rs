@@ -1,0 +1,332 @@
+//! Python's `str()` and `repr()` of template values, which is what Jinja2
+//! prints for `{{ x }}`, `x|string` and `x|join`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use minijinja::value::{Enumerator, Object, ObjectRepr, Tuple, ValueKind};
+use minijinja::{Error, ErrorKind, Value};
+
+use super::unicode;
+
+/// Python raises RecursionError long before Rust would overflow its stack on
+/// a self-nesting value a template built in a loop.
+pub const MAX_DEPTH: usize = 256;
+
+pub fn recursion_error() -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        "maximum recursion depth exceeded while getting the repr of an object",
+    )
+}
+
+/// `repr(float)`: the shortest round-trip digits, positional while the
+/// decimal exponent is in [-4, 16), otherwise `d.ddde±XX`.
+pub fn push_float_repr(out: &mut String, f: f64) {
+    if f.is_nan() {
+        out.push_str("nan");
+        return;
+    }
+    if f.is_infinite() {
+        out.push_str(if f < 0.0 { "-inf" } else { "inf" });
+        return;
+    }
+    if f.is_sign_negative() {
+        out.push('-');
+    }
+    let f = f.abs();
+    if f == 0.0 {
+        out.push_str("0.0");
+        return;
+    }
+    // `{:e}` gives the shortest round-trip digits, like Python's repr.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let ndigits = digits.len() as i32;
+    let decpt = exp + 1;
+    if -4 < decpt && decpt <= 16 {
+        if decpt <= 0 {
+            out.push_str("0.");
+            for _ in 0..-decpt {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        } else if decpt >= ndigits {
+            out.push_str(&digits);
+            for _ in 0..decpt - ndigits {
+                out.push('0');
+            }
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..decpt as usize]);
+            out.push('.');
+            out.push_str(&digits[decpt as usize..]);
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if ndigits > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let e = decpt - 1;
+        let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+}
+
+/// `repr(str)`: single quotes unless the text has `'` and no `"`;
+/// non-printable characters escaped by CPython's rule.
+pub fn push_str_repr(out: &mut String, s: &str) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.reserve(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c == '\x7f' => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_ascii() || unicode::is_printable(c) => out.push(c),
+            c => {
+                let cp = c as u32;
+                let _ = if cp <= 0xff {
+                    write!(out, "\\x{cp:02x}")
+                } else if cp <= 0xffff {
+                    write!(out, "\\u{cp:04x}")
+                } else {
+                    write!(out, "\\U{cp:08x}")
+                };
+            }
+        }
+    }
+    out.push(quote);
+}
+
+fn number_f64(v: &Value) -> Option<f64> {
+    f64::try_from(v.clone()).ok()
+}
+
+/// minijinja's `namespace()` object is a map to the engine but not to
+/// Python (not a Mapping, not iterable, not JSON serializable). Its type is
+/// private, so it is recognised by the start of its `Debug` output.
+pub fn is_namespace(v: &Value) -> bool {
+    struct Prefix {
+        buf: [u8; 10],
+        len: usize,
+    }
+    impl std::fmt::Write for Prefix {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            for &b in s.as_bytes() {
+                if self.len == self.buf.len() {
+                    return Err(std::fmt::Error);
+                }
+                self.buf[self.len] = b;
+                self.len += 1;
+            }
+            Ok(())
+        }
+    }
+    if v.kind() != ValueKind::Map {
+        return false;
+    }
+    let Some(obj) = v.as_object() else {
+        return false;
+    };
+    let mut p = Prefix {
+        buf: [0; 10],
+        len: 0,
+    };
+    let _ = write!(p, "{obj:?}");
+    &p.buf[..p.len] == b"Namespace "
+}
+
+/// Appends Python's `str(v)`.
+pub fn push_str(out: &mut String, v: &Value) -> Result<(), Error> {
+    match v.kind() {
+        ValueKind::String => {
+            out.push_str(v.as_str().unwrap_or_default());
+            Ok(())
+        }
+        ValueKind::Undefined => Ok(()),
+        _ => push_repr(out, v, 0),
+    }
+}
+
+pub fn to_str(v: &Value) -> Result<String, Error> {
+    if let Some(s) = v.as_str() {
+        return Ok(s.to_string());
+    }
+    let mut out = String::new();
+    push_str(&mut out, v)?;
+    Ok(out)
+}
+
+/// Appends Python's `repr(v)`.
+pub fn push_repr(out: &mut String, v: &Value, depth: usize) -> Result<(), Error> {
+    if depth > MAX_DEPTH {
+        return Err(recursion_error());
+    }
+    match v.kind() {
+        ValueKind::Undefined => out.push_str("Undefined"),
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
+        ValueKind::Number => {
+            if v.is_integer() {
+                let _ = write!(out, "{v}");
+            } else {
+                push_float_repr(out, number_f64(v).unwrap_or(f64::NAN));
+            }
+        }
+        ValueKind::String => push_str_repr(out, v.as_str().unwrap_or_default()),
+        ValueKind::Seq => {
+            let tuple = v.is_tuple();
+            out.push(if tuple { '(' } else { '[' });
+            let mut n = 0;
+            for item in v.try_iter()? {
+                if n > 0 {
+                    out.push_str(", ");
+                }
+                push_repr(out, &item, depth + 1)?;
+                n += 1;
+            }
+            if tuple && n == 1 {
+                out.push(',');
+            }
+            out.push(if tuple { ')' } else { ']' });
+        }
+        ValueKind::Map => {
+            let ns = is_namespace(v);
+            if ns {
+                out.push_str("<Namespace ");
+            }
+            out.push('{');
+            let pairs = v.as_object().and_then(|o| o.try_iter_pairs());
+            for (n, (k, val)) in pairs.into_iter().flatten().enumerate() {
+                if n > 0 {
+                    out.push_str(", ");
+                }
+                push_repr(out, &k, depth + 1)?;
+                out.push_str(": ");
+                push_repr(out, &val, depth + 1)?;
+            }
+            out.push('}');
+            if ns {
+                out.push('>');
+            }
+        }
+        ValueKind::Iterable => {
+            if let Some(view) = v.downcast_object_ref::<DictView>() {
+                view.push_repr(out, depth)?;
+            } else {
+                // Python would print a generator object here; the items of
+                // a concatenation (`a + b`) are the common case and print as a list.
+                out.push('[');
+                for (n, item) in v.try_iter()?.enumerate() {
+                    if n > 0 {
+                        out.push_str(", ");
+                    }
+                    push_repr(out, &item, depth + 1)?;
+                }
+                out.push(']');
+            }
+        }
+        ValueKind::Invalid => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "invalid value in template",
+            ))
+        }
+        _ => {
+            let _ = write!(out, "{v}");
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViewKind {
+    Keys,
+    Values,
+    Items,
+}
+
+/// `dict.keys()`, `dict.values()` and `dict.items()`: iterable, sized, not
+/// subscriptable, printed as `dict_items([...])`, and not JSON serializable.
+#[derive(Debug)]
+pub struct DictView {
+    pub kind: ViewKind,
+    pub map: Value,
+}
+
+impl DictView {
+    pub fn new(kind: ViewKind, map: Value) -> Value {
+        Value::from_object(DictView { kind, map })
+    }
+
+    fn push_repr(&self, out: &mut String, depth: usize) -> Result<(), Error> {
+        out.push_str(match self.kind {
+            ViewKind::Keys => "dict_keys([",
+            ViewKind::Values => "dict_values([",
+            ViewKind::Items => "dict_items([",
+        });
+        for (n, item) in self.items().enumerate() {
+            if n > 0 {
+                out.push_str(", ");
+            }
+            push_repr(out, &item, depth + 1)?;
+        }
+        out.push_str("])");
+        Ok(())
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            ViewKind::Keys => "dict_keys",
+            ViewKind::Values => "dict_values",
+            ViewKind::Items => "dict_items",
+        }
+    }
+
+    fn items(&self) -> Box<dyn Iterator<Item = Value> + Send + Sync> {
+        let Some(pairs) = self.map.as_object().and_then(|o| o.try_iter_pairs()) else {
+            return Box::new(std::iter::empty());
+        };
+        match self.kind {
+            ViewKind::Keys => Box::new(pairs.map(|(k, _)| k)),
+            ViewKind::Values => Box::new(pairs.map(|(_, v)| v)),
+            ViewKind::Items => Box::new(pairs.map(|(k, v)| Value::from(Tuple::from([k, v])))),
+        }
+    }
+}
+
+impl Object for DictView {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Iterable
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Iter(self.items())
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        self.map.len()
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = String::new();
+        self.push_repr(&mut s, 0).map_err(|_| std::fmt::Error)?;
+        f.write_str(&s)
+    }
+}
