@@ -12,8 +12,12 @@ use serde_json::{json, Value};
 use crate::config::{Config, LogFormat, RawConfig, RawModel};
 use crate::count::{Clock, ModelCounter, Unit};
 use crate::errors::Reason;
+use crate::guard::{Guard, Model};
 use crate::hub::{self, HubSettings};
 use crate::inspect::{self, json as strict_json, Route};
+use crate::policy::Limits;
+use crate::server::App;
+use tokio::net::TcpListener;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -255,8 +259,80 @@ fn is_batch(route: Route, body: &Value, units: &[Unit]) -> bool {
     }
 }
 
-/// `prefill-guard serve`: load every model, then run until SIGTERM or Ctrl-C.
+/// `prefill-guard serve`: load every model, bind both listeners, then run
+/// until SIGTERM or Ctrl-C and drain in-flight requests.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let _ = config;
-    anyhow::bail!("serve is being wired")
+    crate::logging::init(config.log_format)?;
+    let mut models = Vec::with_capacity(config.models.len());
+    for m in &config.models {
+        let started = std::time::Instant::now();
+        let counter = load_model(&m.tokenizer, &m.revision).await?;
+        anyhow::ensure!(
+            counter.can_count(),
+            "model `{}`: {} has no tokenizer.json, so its prompts cannot be counted",
+            m.name,
+            m.tokenizer
+        );
+        tracing::info!(
+            model = %m.name,
+            tokenizer = %m.tokenizer,
+            max_req_input_len = m.max_req_input_len,
+            load_ms = started.elapsed().as_millis() as u64,
+            "model loaded"
+        );
+        models.push(Model {
+            name: m.name.clone(),
+            counter: Arc::new(counter),
+        });
+    }
+    let limits = Arc::new(Limits::new(
+        config
+            .models
+            .iter()
+            .map(|m| (m.name.clone(), m.max_req_input_len)),
+    ));
+    let guard = Guard::new(
+        models,
+        limits,
+        config.count_workers,
+        config.count_queue,
+        Clock::Local,
+    );
+    let app = Arc::new(App::new(&config, guard)?);
+    let proxy = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
+    let admin = TcpListener::bind(config.admin_listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("admin-listen {}: {e}", config.admin_listen))?;
+    tracing::info!(
+        listen = %proxy.local_addr()?,
+        admin_listen = %admin.local_addr()?,
+        upstream = %config.upstream,
+        "prefill-guard serving"
+    );
+    crate::server::run(proxy, admin, app, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// SIGTERM (what Kubernetes and `docker stop` send) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
 }
