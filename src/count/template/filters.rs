@@ -901,7 +901,9 @@ fn joiner(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
 fn format(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let (pos, kwargs) = split_args(args.into_values())?;
     let Some((value, rest)) = pos.split_first() else {
-        return Err(type_error("format() missing 1 required positional argument"));
+        return Err(type_error(
+            "format() missing 1 required positional argument",
+        ));
     };
     let kwargs = kwargs.filter(|k| k.args().next().is_some());
     if kwargs.is_some() && !rest.is_empty() {
@@ -911,7 +913,11 @@ fn format(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         ));
     }
     let fmt = pyrepr::to_str(value)?;
-    Ok(Value::from(pyformat::percent_format(&fmt, rest, kwargs.as_ref())?))
+    Ok(Value::from(pyformat::percent_format(
+        &fmt,
+        rest,
+        kwargs.as_ref(),
+    )?))
 }
 
 /// `do_default(value, default_value='', boolean=False)`.
@@ -938,7 +944,11 @@ pub fn py_cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
     if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
         return Ok(x.cmp(y));
     }
-    if (num(a) && num(b)) || (a.kind() == ValueKind::Seq && b.kind() == ValueKind::Seq && a.is_tuple() == b.is_tuple()) {
+    if (num(a) && num(b))
+        || (a.kind() == ValueKind::Seq
+            && b.kind() == ValueKind::Seq
+            && a.is_tuple() == b.is_tuple())
+    {
         return Ok(a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     }
     Err(type_error(format!(
@@ -973,7 +983,10 @@ fn dictsort(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     if value.kind() != ValueKind::Map || pyrepr::is_namespace(&value) {
         return Err(Error::new(
             ErrorKind::InvalidOperation,
-            format!("AttributeError: '{}' object has no attribute 'items'", py_type_name(&value)),
+            format!(
+                "AttributeError: '{}' object has no attribute 'items'",
+                py_type_name(&value)
+            ),
         ));
     }
     let pairs: Vec<(Value, Value)> = value
@@ -1018,7 +1031,12 @@ fn dictsort(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
 
 /// `do_sum`: an item without the attribute is an undefined error in Python.
 fn sum(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let slots = bind("sum", &args.into_values(), &["iterable", "attribute", "start"], 1)?;
+    let slots = bind(
+        "sum",
+        &args.into_values(),
+        &["iterable", "attribute", "start"],
+        1,
+    )?;
     let iterable = slots[0].clone().unwrap_or_default();
     let attribute = slots[1].clone().filter(|a| !a.is_none());
     if let Some(attr) = &attribute {
@@ -1037,7 +1055,9 @@ fn sum(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             }
         }
     }
-    let attr_str = attribute.as_ref().and_then(|a| a.as_str().map(str::to_string));
+    let attr_str = attribute
+        .as_ref()
+        .and_then(|a| a.as_str().map(str::to_string));
     minijinja::filters::sum(
         state,
         iterable,

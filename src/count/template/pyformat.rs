@@ -31,14 +31,20 @@ impl Args<'_> {
             }
             // `'%s' % mapping` formats the mapping itself
             Args::Map(k) => Ok(Value::from_pairs(
-                k.args().map(|a| (Value::from(a), k.peek::<Value>(a).unwrap_or_default())).collect::<Vec<_>>(),
+                k.args()
+                    .map(|a| (Value::from(a), k.peek::<Value>(a).unwrap_or_default()))
+                    .collect::<Vec<_>>(),
             )),
         }
     }
 }
 
 /// Formats `fmt % args` (positional) or `fmt % kwargs` (mapping).
-pub fn percent_format(fmt: &str, positional: &[Value], kwargs: Option<&Kwargs>) -> Result<String, Error> {
+pub fn percent_format(
+    fmt: &str,
+    positional: &[Value],
+    kwargs: Option<&Kwargs>,
+) -> Result<String, Error> {
     let mut args = match kwargs {
         Some(k) => Args::Map(k),
         None => Args::Seq(positional, 0),
@@ -76,13 +82,16 @@ pub fn percent_format(fmt: &str, positional: &[Value], kwargs: Option<&Kwargs>) 
             let Args::Map(k) = &args else {
                 return Err(type_error("format requires a mapping"));
             };
-            value = Some(
-                k.peek::<Option<Value>>(&key)?
-                    .ok_or_else(|| Error::new(minijinja::ErrorKind::InvalidOperation, format!("KeyError: '{key}'")))?,
-            );
+            value = Some(k.peek::<Option<Value>>(&key)?.ok_or_else(|| {
+                Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("KeyError: '{key}'"),
+                )
+            })?);
             i = j;
         }
-        let (mut left, mut zero, mut plus, mut space, mut alt) = (false, false, false, false, false);
+        let (mut left, mut zero, mut plus, mut space, mut alt) =
+            (false, false, false, false, false);
         while let Some(&f) = chars.get(i) {
             match f {
                 '-' => left = true,
@@ -193,7 +202,11 @@ pub fn percent_format(fmt: &str, positional: &[Value], kwargs: Option<&Kwargs>) 
                     _ => {
                         return Err(type_error(format!(
                             "%{conv} format: {} is required, not {}",
-                            if matches!(conv, 'd' | 'i' | 'u') { "a real number" } else { "an integer" },
+                            if matches!(conv, 'd' | 'i' | 'u') {
+                                "a real number"
+                            } else {
+                                "an integer"
+                            },
                             py_type_name(&v)
                         )))
                     }
@@ -280,7 +293,14 @@ fn sign_str(neg: bool, plus: bool, space: bool) -> &'static str {
     }
 }
 
-fn pad_number(sign: &str, prefix: &str, digits: &str, width: usize, left: bool, zero: bool) -> String {
+fn pad_number(
+    sign: &str,
+    prefix: &str,
+    digits: &str,
+    width: usize,
+    left: bool,
+    zero: bool,
+) -> String {
     let len = sign.len() + prefix.len() + digits.chars().count();
     let mut out = String::with_capacity(width.max(len));
     if width <= len {
@@ -311,7 +331,11 @@ fn format_float(f: f64, conv: char, prec: usize, alt: bool) -> String {
     let upper = conv.is_ascii_uppercase();
     if !f.is_finite() {
         let s = if f.is_nan() { "nan" } else { "inf" };
-        return if upper { s.to_uppercase() } else { s.to_string() };
+        return if upper {
+            s.to_uppercase()
+        } else {
+            s.to_string()
+        };
     }
     let exp_form = |p: usize| -> String {
         let s = format!("{f:.p$e}");
@@ -321,7 +345,12 @@ fn format_float(f: f64, conv: char, prec: usize, alt: bool) -> String {
         if alt && !m.contains('.') {
             m.push('.');
         }
-        format!("{m}{}{}{:02}", if upper { 'E' } else { 'e' }, if e < 0 { '-' } else { '+' }, e.abs())
+        format!(
+            "{m}{}{}{:02}",
+            if upper { 'E' } else { 'e' },
+            if e < 0 { '-' } else { '+' },
+            e.abs()
+        )
     };
     match conv.to_ascii_lowercase() {
         'f' => {

@@ -52,7 +52,13 @@ fn rewrite(s: &str) -> Result<String, TemplateError> {
 
 /// Copies a `{{ … }}` or `{% … %}` tag, rewriting its string literals; the
 /// end delimiter only counts outside brackets, as in Jinja2's lexer.
-fn copy_tag(s: &str, start: usize, open_len: usize, end: &str, out: &mut String) -> Result<usize, TemplateError> {
+fn copy_tag(
+    s: &str,
+    start: usize,
+    open_len: usize,
+    end: &str,
+    out: &mut String,
+) -> Result<usize, TemplateError> {
     let b = s.as_bytes();
     out.push_str(&s[start..start + open_len]);
     let mut i = start + open_len;
@@ -132,7 +138,10 @@ fn simple_tag(tag: &str) -> Option<(usize, &str, &str, &str)> {
         i += 1;
     }
     let name_start = i;
-    while b.get(i).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+    while b
+        .get(i)
+        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    {
         i += 1;
     }
     let name = &tag[name_start..i];
@@ -262,9 +271,10 @@ fn python_unescape(body: &str) -> Result<String, TemplateError> {
                     b'u' => 4,
                     _ => 8,
                 };
-                let digits = b.get(i..i + n).and_then(hex).ok_or_else(|| {
-                    syntax_error("truncated escape in a string literal")
-                })?;
+                let digits = b
+                    .get(i..i + n)
+                    .and_then(hex)
+                    .ok_or_else(|| syntax_error("truncated escape in a string literal"))?;
                 i += n;
                 if digits > 0x10ffff {
                     return Err(syntax_error("illegal Unicode character"));

@@ -25,7 +25,6 @@ struct Options {
     sort_keys: bool,
 }
 
-
 /// Python's type name of a template value, for error messages.
 pub fn py_type_name(v: &Value) -> &'static str {
     match v.kind() {
