@@ -567,6 +567,41 @@ async fn probes_on_the_admin_port() {
     assert_eq!(get("/generate").await.unwrap().status(), 404);
 }
 
+#[tokio::test]
+async fn not_ready_and_refusing_until_a_limit_is_known() {
+    let g = start(Options {
+        limit_known: false,
+        ..Options::default()
+    })
+    .await;
+    let readyz = || g.http.get(format!("http://{}/readyz", g.admin)).send();
+    assert_eq!(readyz().await.unwrap().status(), 503);
+    let a = g.post("/v1/completions", &json!({"prompt": [1]})).await;
+    assert_eq!(
+        (a.status.as_u16(), a.error_code().as_str()),
+        (503, "limit_unknown")
+    );
+    assert_eq!(a.headers["retry-after"], "5");
+    assert_eq!(g.mock.state.count(), 0);
+
+    g.limits.set(MODEL, LIMIT);
+    assert_eq!(readyz().await.unwrap().status(), 200);
+    assert_eq!(
+        g.post("/v1/completions", &json!({"prompt": [1]}))
+            .await
+            .status,
+        200
+    );
+    let text = g.metrics().await;
+    assert_eq!(
+        sample(
+            &text,
+            &format!("prefill_guard_limit_tokens{{model=\"{MODEL}\"}}")
+        ),
+        LIMIT as f64
+    );
+}
+
 /// `promtool check metrics` (Debian package `prometheus`) accepts the
 /// exposition, with every metric family populated. Skipped when promtool is
 /// not installed, unless `PROMTOOL_REQUIRED` is set (CI installs it).
@@ -631,11 +666,11 @@ async fn shutdown_drains_an_open_stream() {
         // New connections are refused once shutdown has begun...
         tokio::select! {
             _ = &mut shutdown => panic!("run returned with a stream still open"),
-            _ = async {
+            refused = tokio::time::timeout(PATIENCE, async {
                 while TcpStream::connect(proxy).await.is_ok() {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-            } => {}
+            }) => refused.expect("the proxy port closes"),
         }
         // ...while the open stream finishes.
         mock.release.notify_one();
@@ -647,4 +682,21 @@ async fn shutdown_drains_an_open_stream() {
         shutdown.await
     };
     done.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_gives_up_on_streams_after_the_grace() {
+    let mut g = start(Options {
+        shutdown_grace: Duration::from_millis(200),
+        ..Options::default()
+    })
+    .await;
+    let mut s = raw_request(&g, "endless", &json!({"prompt": [1], "stream": true})).await;
+    read_until(&mut s, b"data: {\"chunk\":0}").await;
+    g.shutdown().await.unwrap();
+    // The stream was cut: the client sees its connection end, and the upstream
+    // request is cancelled with it.
+    tokio::time::timeout(PATIENCE, g.mock.state.stream_cancelled.notified())
+        .await
+        .expect("the upstream stream is dropped");
 }

@@ -236,8 +236,11 @@ fn sse(state: Arc<MockState>, mode: &str) -> Response<MockBody> {
 pub struct Options {
     /// `max_req_input_len` of the demo model.
     pub limit: usize,
+    /// `false`: start with no limit known for the model, as before discovery.
+    pub limit_known: bool,
     pub max_body_bytes: usize,
     pub response_timeout: Duration,
+    pub shutdown_grace: Duration,
     /// Forward somewhere other than the mock (e.g. a closed port).
     pub upstream: Option<String>,
 }
@@ -246,8 +249,10 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             limit: 8,
+            limit_known: true,
             max_body_bytes: 64 * 1024,
             response_timeout: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(10),
             upstream: None,
         }
     }
@@ -260,25 +265,28 @@ pub struct Guarded {
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     pub server: Option<JoinHandle<std::io::Result<()>>>,
+    /// The guard's limits, to change them while it runs.
+    pub limits: Arc<Limits>,
     _model_dir: tempfile::TempDir,
 }
 
 /// The real `Guard` over the demo model, as `main` builds it.
-pub fn demo_guard(dir: &std::path::Path, limit: usize) -> Guard {
+pub fn demo_guard(dir: &std::path::Path, limits: Arc<Limits>) -> Guard {
     write_demo_model(dir).unwrap();
     let counter = ModelCounter::load(dir).unwrap();
     let model = Model {
         name: MODEL.to_string(),
         counter: Arc::new(counter),
     };
-    let limits = Limits::new([(MODEL.to_string(), limit)]);
-    Guard::new(vec![model], Arc::new(limits), 2, 16, Clock::default())
+    Guard::new(vec![model], limits, 2, 16, Clock::default())
 }
 
 pub async fn start(opts: Options) -> Guarded {
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let guard = demo_guard(dir.path(), opts.limit);
+    let known = opts.limit_known.then(|| (MODEL.to_string(), opts.limit));
+    let limits = Arc::new(Limits::new(known));
+    let guard = demo_guard(dir.path(), limits.clone());
     let upstream = opts
         .upstream
         .clone()
@@ -299,7 +307,7 @@ pub async fn start(opts: Options) -> Guarded {
         count_workers: 2,
         count_queue: 16,
         log_format: LogFormat::Human,
-        shutdown_grace: Duration::from_secs(10),
+        shutdown_grace: opts.shutdown_grace,
     };
     let app = Arc::new(App::new(&config, guard).unwrap());
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -319,6 +327,7 @@ pub async fn start(opts: Options) -> Guarded {
         http: reqwest::Client::new(),
         shutdown: Some(tx),
         server: Some(server),
+        limits,
         _model_dir: dir,
     }
 }
