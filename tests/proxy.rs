@@ -607,15 +607,33 @@ async fn not_ready_and_refusing_until_a_limit_is_known() {
 /// not installed, unless `PROMTOOL_REQUIRED` is set (CI installs it).
 #[tokio::test]
 async fn metrics_pass_promtool() {
-    let g = guard().await;
+    let g = start(Options {
+        limit: LIMIT,
+        response_timeout: Duration::from_millis(300),
+        ..Options::default()
+    })
+    .await;
     g.post("/generate", &json!({"input_ids": ids(LIMIT)})).await;
     g.post("/generate", &json!({"input_ids": ids(2)})).await;
     g.post("/x", &json!({})).await;
-    start_with_dead_upstream()
-        .await
-        .post("/generate", &json!({"input_ids": [1]}))
-        .await;
+    let slow = g
+        .http
+        .post(g.url("/generate"))
+        .header("content-type", "application/json")
+        .header("x-mock", "slow");
+    assert_eq!(g.send(slow.body(r#"{"input_ids": [1]}"#)).await.status, 504);
     let text = g.metrics().await;
+    for family in [
+        "rejections_total",
+        "upstream_errors_total",
+        "prompt_tokens_bucket",
+        "upstream_duration_seconds_count",
+    ] {
+        assert!(
+            text.contains(&format!("prefill_guard_{family}{{")),
+            "{family} has samples"
+        );
+    }
     let Ok(mut child) = std::process::Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
