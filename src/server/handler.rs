@@ -115,44 +115,72 @@ async fn guard_and_forward(
     rec.route = Route::from_path(&canonical);
     let class = routes::classify(req.method(), &canonical)?;
     let (mut parts, body) = req.into_parts();
-    let (target, body, body_len) = match class {
-        RouteClass::Inspect(route) => {
-            refuse_encoded(&parts.headers)?;
-            let body = read_capped(body, app.max_body_bytes).await?;
-            rec.body_pending = false;
-            let content_type = parts
-                .headers
-                .get(header::CONTENT_TYPE)
-                .map(HeaderValue::as_bytes);
-            let decision = app.guard.check(route, content_type, body).await;
-            rec.absorb(&decision);
-            let canonical_body = decision.verdict?;
-            let len = canonical_body.len();
-            // The query string is dropped: SGLang's inspected routes read none,
-            // and the guard forwards only what it has checked.
-            (
-                app.upstream.uri(route.path(), None)?,
-                canonical_body,
-                Some(len),
-            )
-        }
-        RouteClass::PassThrough(path) => {
-            let body = read_capped(body, app.max_body_bytes).await?;
-            rec.body_pending = false;
-            let target = app.upstream.uri(&path, parts.uri.query())?;
-            rec.pass_through = Some(path);
-            (target, body, None)
-        }
+    let checked = match class {
+        RouteClass::Inspect(route) => inspect(app, route, &parts.headers, body, rec).await?,
+        RouteClass::PassThrough(path) => pass_through(app, path, &parts.uri, body, rec).await?,
     };
     rec.allowed = true;
+    let host = app.upstream.host_header();
     headers::to_upstream(
         &mut parts.headers,
         client,
-        app.upstream.host_header(),
+        host,
         request_id,
-        body_len,
+        checked.body_len,
     );
-    forward(app, parts, target, body, rec).await
+    forward(app, parts, checked.target, checked.body, rec).await
+}
+
+/// What the guard lets through: where to, and the body to send.
+struct Checked {
+    target: Uri,
+    body: Bytes,
+    /// Set when the guard re-serialised the body (and so decides its framing).
+    body_len: Option<usize>,
+}
+
+/// Counts the prompt and applies the limit; only the canonical body the guard
+/// parsed is forwarded. The query string is dropped: SGLang's inspected routes
+/// read none, and the guard forwards only what it has checked.
+async fn inspect(
+    app: &App,
+    route: Route,
+    headers: &HeaderMap,
+    body: Incoming,
+    rec: &mut Record,
+) -> Result<Checked, Reason> {
+    refuse_encoded(headers)?;
+    let body = read_capped(body, app.max_body_bytes).await?;
+    rec.body_pending = false;
+    let content_type = headers.get(header::CONTENT_TYPE).map(HeaderValue::as_bytes);
+    let decision = app.guard.check(route, content_type, body).await;
+    rec.absorb(&decision);
+    let body = decision.verdict?;
+    let body_len = Some(body.len());
+    Ok(Checked {
+        target: app.upstream.uri(route.path(), None)?,
+        body,
+        body_len,
+    })
+}
+
+/// Health and model listing carry no prompt: forwarded with their query.
+async fn pass_through(
+    app: &App,
+    path: String,
+    uri: &Uri,
+    body: Incoming,
+    rec: &mut Record,
+) -> Result<Checked, Reason> {
+    let body = read_capped(body, app.max_body_bytes).await?;
+    rec.body_pending = false;
+    let target = app.upstream.uri(&path, uri.query())?;
+    rec.pass_through = Some(path);
+    Ok(Checked {
+        target,
+        body,
+        body_len: None,
+    })
 }
 
 /// The target as a client wrote it. HTTP/2 always carries scheme and authority
