@@ -11,6 +11,7 @@ use super::args::{bind, int_arg, split_args, type_error};
 use super::methods;
 use super::pyformat;
 use super::pyrepr;
+use super::pysort;
 use super::tojson::{self, py_type_name};
 use super::unicode;
 
@@ -57,6 +58,7 @@ pub fn install(env: &mut Environment<'static>) {
     env.add_filter("dictsort", dictsort);
     env.add_filter("sum", sum);
     env.add_filter("attr", attr);
+    env.add_filter("sort", sort);
 
     env.add_test("iterable", is_iterable);
     env.add_test("sequence", is_sequence);
@@ -581,15 +583,15 @@ fn urlencode(v: &Value) -> Result<Value, Error> {
 }
 
 fn is_iterable(v: &Value) -> bool {
-    match v.kind() {
+    matches!(
+        v.kind(),
         ValueKind::Undefined
-        | ValueKind::String
-        | ValueKind::Bytes
-        | ValueKind::Seq
-        | ValueKind::Map
-        | ValueKind::Iterable => true,
-        _ => false,
-    }
+            | ValueKind::String
+            | ValueKind::Bytes
+            | ValueKind::Seq
+            | ValueKind::Map
+            | ValueKind::Iterable
+    ) && !pyrepr::is_namespace(v)
 }
 
 /// Jinja2: `len(value)` and `value.__getitem__` both exist.
@@ -938,26 +940,6 @@ fn default(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     })
 }
 
-/// Python's `<` for sorting: same-kind strings, numbers and sequences only.
-pub fn py_cmp(a: &Value, b: &Value) -> Result<std::cmp::Ordering, Error> {
-    let num = |v: &Value| matches!(v.kind(), ValueKind::Number | ValueKind::Bool);
-    if let (Some(x), Some(y)) = (a.as_str(), b.as_str()) {
-        return Ok(x.cmp(y));
-    }
-    if (num(a) && num(b))
-        || (a.kind() == ValueKind::Seq
-            && b.kind() == ValueKind::Seq
-            && a.is_tuple() == b.is_tuple())
-    {
-        return Ok(a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    }
-    Err(type_error(format!(
-        "'<' not supported between instances of '{}' and '{}'",
-        py_type_name(a),
-        py_type_name(b)
-    )))
-}
-
 /// `do_dictsort(value, case_sensitive=False, by='key', reverse=False)`: a
 /// list of `(key, value)` tuples.
 fn dictsort(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
@@ -1003,24 +985,10 @@ fn dictsort(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         }
     };
     let mut keyed: Vec<(Value, (Value, Value))> = pairs.into_iter().map(|p| (key(&p), p)).collect();
-    let mut err = None;
-    keyed.sort_by(|a, b| {
-        let o = match py_cmp(&a.0, &b.0) {
-            Ok(o) => o,
-            Err(e) => {
-                err.get_or_insert(e);
-                std::cmp::Ordering::Equal
-            }
-        };
-        if reverse {
-            o.reverse()
-        } else {
-            o
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    pysort::try_sort(&mut keyed, &mut |a, b| {
+        let o = pysort::py_compare(&a.0, &b.0)?;
+        Ok(if reverse { o.reverse() } else { o })
+    })?;
     Ok(Value::from(
         keyed
             .into_iter()
@@ -1077,4 +1045,79 @@ fn attr(v: &Value, name: &Value) -> Result<Value, Error> {
         }
     }
     Ok(Value::UNDEFINED)
+}
+
+/// Jinja2's `_prepare_attribute_parts`: dotted, digit parts are indices.
+fn attribute_parts(attr: &Value) -> Vec<Value> {
+    match attr.as_str() {
+        Some(s) => s
+            .split('.')
+            .map(|p| match p.parse::<i64>() {
+                Ok(i) if p.bytes().all(|b| b.is_ascii_digit()) => Value::from(i),
+                _ => Value::from(p),
+            })
+            .collect(),
+        None if attr.is_none() => Vec::new(),
+        None => vec![attr.clone()],
+    }
+}
+
+/// `environment.getitem`: item lookup, undefined when missing.
+fn getitem(v: &Value, key: &Value) -> Value {
+    if v.is_undefined() {
+        return Value::UNDEFINED;
+    }
+    v.get_item(key).unwrap_or(Value::UNDEFINED)
+}
+
+/// `do_sort(value, reverse=False, case_sensitive=False, attribute=None)`:
+/// keys are lists of the comma separated attributes, compared as Python does.
+fn sort(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    let slots = bind(
+        "sort",
+        &args.into_values(),
+        &["value", "reverse", "case_sensitive", "attribute"],
+        1,
+    )?;
+    let value = slots[0].clone().unwrap_or_default();
+    let reverse = slots[1].as_ref().is_some_and(Value::is_true);
+    let case_sensitive = slots[2].as_ref().is_some_and(Value::is_true);
+    let parts: Vec<Vec<Value>> = match &slots[3] {
+        None => vec![Vec::new()],
+        Some(a) => match a.as_str() {
+            Some(s) => s
+                .split(',')
+                .map(|p| attribute_parts(&Value::from(p)))
+                .collect(),
+            None => vec![attribute_parts(a)],
+        },
+    };
+    let items: Vec<Value> = if value.is_undefined() {
+        Vec::new()
+    } else {
+        iter_py(&value)?.collect()
+    };
+    let mut keyed: Vec<(Vec<Value>, Value)> = items
+        .into_iter()
+        .map(|item| {
+            let key = parts
+                .iter()
+                .map(|path| {
+                    let k = path.iter().fold(item.clone(), |cur, p| getitem(&cur, p));
+                    match k.as_str() {
+                        Some(s) if !case_sensitive => Value::from(unicode::lower(s)),
+                        _ => k,
+                    }
+                })
+                .collect();
+            (key, item)
+        })
+        .collect();
+    pysort::try_sort(&mut keyed, &mut |a, b| {
+        let o = pysort::py_compare_lists(&a.0, &b.0)?;
+        Ok(if reverse { o.reverse() } else { o })
+    })?;
+    Ok(Value::from(
+        keyed.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+    ))
 }

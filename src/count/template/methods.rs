@@ -584,7 +584,7 @@ fn map_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<Valu
                     "keys" => ViewKind::Keys,
                     _ => ViewKind::Values,
                 };
-                DictView::new(kind, value.clone())
+                DictView::value(kind, value.clone())
             }
             "get" => {
                 let args = positional(method, args, 1, 2)?;

@@ -15,6 +15,7 @@ mod filters;
 mod methods;
 mod pyformat;
 mod pyrepr;
+mod pysort;
 mod source;
 mod strftime;
 mod tojson;
@@ -27,6 +28,9 @@ mod unicode_tables;
 mod snippet_cases;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[rustfmt::skip]
+mod unit_refs;
 
 use std::cell::Cell;
 

@@ -271,7 +271,7 @@ pub struct DictView {
 }
 
 impl DictView {
-    pub fn new(kind: ViewKind, map: Value) -> Value {
+    pub fn value(kind: ViewKind, map: Value) -> Value {
         Value::from_object(DictView { kind, map })
     }
 

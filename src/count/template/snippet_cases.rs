@@ -206,6 +206,91 @@ pub const SNIPPETS: &[(&str, Option<&str>)] = &[
     ("{{ raise_exception(5) }}", None),
     // TypeError: strftime() argument 1 must be str, not int
     ("{{ strftime_now(5) }}", None),
+    ("x\n", Some("x")),
+    ("x\n\n", Some("x\n")),
+    ("{% if true %}\nx\n{% endif %}\n\n", Some("x\n")),
+    ("  {{ 'a' }}\n  {%- if true %} b{% endif %}\n", Some("  a b")),
+    ("{% for x in nums -%}\n {{ x }}\n{%- endfor %}", Some("312")),
+    ("{{ emoji.find('\u{e9}', 1) }}|{{ emoji.startswith('\u{e9}', 1) }}|{{ emoji.count('\u{4e2d}', -1) }}|{{ emoji[::-1] }}|{{ emoji|length }}|{{ emoji.center(7, '*') }}|{{ emoji.rjust(5, '\u{b7}') }}", Some("1|True|1|\u{4e2d}\u{e9}\u{1f600}|3|**\u{1f600}\u{e9}\u{4e2d}**|\u{b7}\u{b7}\u{1f600}\u{e9}\u{4e2d}")),
+    ("{{ missing|string }}|{{ missing|upper }}|[{{ missing|trim }}]|{{ missing ~ 'x' }}|{{ missing is none }}|{{ missing == none }}|{{ n == none }}|{{ missing|list }}|{{ missing|join(',') }}", Some("||[]|x|False|False|True|[]|")),
+    // UndefinedError: 'missing' is undefined
+    ("{{ missing + 1 }}", None),
+    // UndefinedError: 'missing' is undefined
+    ("{% if missing.x %}a{% endif %}", None),
+    ("{{ (1, 2)|length }}|{{ 3|string|length }}|{{ 'a' * -1 }}|{{ 'abc'[1:] * 2 }}|{{ [1, 2] + [3] }}|{{ lst[1:3] }}|{{ lst[-1] }}", Some("2|1||bcbc|[1, 2, 3]|['a', None]|1.5")),
+    ("{{ 2**64 }}|{{ 2**62 * 4 }}|{{ -(2**63) }}|{{ u64 // 3 }}|{{ u64 % 7 }}", Some("18446744073709551616|18446744073709551616|-9223372036854775808|6148914691236517205|1")),
+    ("{{ 2**100 }}", Some("1267650600228229401496703205376")),
+    ("{% set ns = namespace(a=1, b='x') %}{{ ns }}|{{ ns is mapping }}|{{ ns.a }}|{{ ns|attr('b') }}", Some("<Namespace {'a': 1, 'b': 'x'}>|False|1|x")),
+    // TypeError: Object of type Namespace is not JSON serializable
+    ("{% set ns = namespace(a=1) %}{{ ns|tojson }}", None),
+    // FilterArgumentError: You can only sort by either "key" or "value"
+    ("{{ d|dictsort(by='x') }}", None),
+    // TypeError: '<' not supported between instances of 'str' and 'int'
+    ("{{ [1, 'a']|sort }}", None),
+    // TypeError: 'int' object is not iterable
+    ("{% for c in 5 %}x{% endfor %}", None),
+    ("{{ msgs|sort(attribute='role,content')|map(attribute='content')|list }}|{{ [[2, 'b'], [1, 'c'], [1, 'a']]|sort }}|{{ [3, 1.5, true]|sort }}|{{ ['b', 'A', 'a', 'B']|sort(reverse=true) }}", Some("['yo', 'hi']|[[1, 'a'], [1, 'c'], [2, 'b']]|[True, 1.5, 3]|['b', 'B', 'A', 'a']")),
+    // UndefinedError: 'dict object' has no attribute 'n'
+    ("{{ msgs|sort(attribute='n')|length }}", None),
+    ("{{ ['1', '2']|map('int')|sum }}|{{ nums|map('float')|list }}|{{ 'x'|replace('x', 1) }}|{{ [none, 1]|map('string')|list }}", Some("3|[3.0, 1.0, 2.0]|1|['None', '1']")),
+    ("{% for k, v in d.items() if v %}{{ k }}{% endfor %}|{% for v in d.values() %}{{ v is none }}{% endfor %}|{{ d.keys()|join('+') }}|{{ d.items()|map('first')|list }}", Some("bc|TrueFalseFalse|a+b+c|['a', 'b', 'c']")),
+    ("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{{ n }}{% endmacro %}{{ f(3) }}", Some("0123")),
+    // TemplateError: inside macro
+    ("{% macro boom() %}{{ raise_exception('inside macro') }}{% endmacro %}{{ boom() }}", None),
+    ("{{ msgs[0].get('content') }}|{{ msgs[0]['role']|upper }}|{{ d['b'][0] }}|{{ {'a': 1}.items()|list }}|{{ tool.function.parameters.properties|items|list }}", Some("hi|USER|1|[('a', 1)]|[('city', {'type': 'string'}), ('n', {'type': 'integer', 'default': 1.0})]")),
+    ("{{ '%.2f'|format(1.005) }}|{{ '%g'|format(0.0001) }}|{{ '%g'|format(1e-5) }}|{{ '%10.3e'|format(12345.678) }}|{{ '%x'|format(255) }}|{{ '%#o'|format(8) }}|{{ '%+d'|format(5) }}|{{ '% d'|format(5) }}|{{ '%-5s|'|format('ab') }}|{{ '%05d'|format(-42) }}|{{ '%c'|format(65) }}|{{ '%(a)s-%(b)r'|format(a=1, b='x') }}|{{ '%5.1s|'|format('abc') }}", Some("1.00|0.0001|1e-05| 1.235e+04|ff|0o10|+5| 5|ab   ||-0042|A|1-'x'|    a|")),
+    ("{{ '%g'|format(123456789) }}|{{ '%G'|format(1e-10) }}|{{ '%#g'|format(1) }}|{{ '%.3g'|format(2.5) }}|{{ '%e'|format(0) }}|{{ '%f'|format(1e20) }}|{{ '%s %s'|format(t, n) }}|{{ '%d%%'|format(50) }}|{{ '%.0f'|format(2.5) }}|{{ '%i'|format(3.99) }}", Some("1.23457e+08|1E-10|1.00000|2.5|0.000000e+00|100000000000000000000.000000|True None|50%|2|3")),
+    // TypeError: not enough arguments for format string
+    ("{{ '%s'|format() }}", None),
+    // TypeError: %d format: a real number is required, not str
+    ("{{ '%d'|format('x') }}", None),
+    // TypeError: not all arguments converted during string formatting
+    ("{{ '%s'|format(1, 2) }}", None),
+    ("{{ strftime_now('%G-W%V-%u %U %W %j') }}", Some("2025-W03-3 02 02 015")),
+    ("{{ '\u{1c4}'.title() }}{{ '\u{1c6}'.capitalize() }}{{ '\u{fb01}'.upper() }}{{ '\u{149}'.upper() }}{{ '\u{390}'.upper() }}{{ '\u{df}'|title }}|{{ '\u{3c3}\u{3c2}'.upper() }}|{{ '\u{391}\u{3a3} \u{392}\u{3a3}.'.lower() }}|{{ '\u{3a3}'.lower() }}|{{ 'A\u{3a3}b'.lower() }}", Some("\u{1c5}\u{1c5}FI\u{2bc}N\u{399}\u{308}\u{301}SS|\u{3a3}\u{3a3}|\u{3b1}\u{3c2} \u{3b2}\u{3c2}.|\u{3c3}|a\u{3c3}b")),
+    ("{{ '\u{1c5}ungla'.istitle() }}{{ '\u{1c5}'.isupper() }}{{ '\u{1c5}'.islower() }}{{ '\u{2167}'.isupper() }}{{ '\u{2177}'.lower() }}{{ '\u{1c5}'.swapcase() }}{{ '\u{fb00}'.swapcase() }}", Some("TrueFalseFalseTrue\u{2177}\u{1c5}FF")),
+    ("{{ '\\x1c'|trim|length }}|{{ '\\x1f a \\x1f'.split() }}|{{ 'a\\x85b'.split() }}|{{ 'a\\u200bb'.split() }}|{{ 'a\\x1cb'.splitlines() }}|{{ '\\u2028x'.strip()|length }}", Some("0|['a']|['a', 'b']|['a\\u200bb']|['a', 'b']|1")),
+    ("{{ 'a\\\\b' }}|{{ 'x\\/y' }}|{{ 'tab\\there' }}|{{ 'bell\\a'|length }}|{{ 'vt\\v'|length }}|{{ '\\101\\x42\\u0043\\U00000044' }}|{{ 'unknown\\q' }}|{{ '\u{e9}\\t\u{fc}' }}", Some("a\\b|x\\/y|tab\there|5|3|ABCD|unknown\\q|\u{e9}\t\u{fc}")),
+    ("{{ \"line\\\ncontinued\" }}", Some("linecontinued")),
+    ("{{ 'oct\\777'|length }}|{{ 'oct\\777' }}", Some("4|oct\u{1ff}")),
+    ("{{ lst|tojson(indent=2, separators=(',', ': ')) }}|{{ [(1, 2)]|tojson }}|{{ {'\u{e9}': ['\u{4e2d}']}|tojson(ensure_ascii=true, indent=1) }}", Some("[\n  1,\n  \"a\",\n  null,\n  true,\n  1.5\n]|[[1, 2]]|{\n \"\\u00e9\": [\n  \"\\u4e2d\"\n ]\n}")),
+    ("{{ '{' ~ '}' }}|{{ '{{' }}|{{ \"}}\" }}|{{ {'a': {'b': 1}}['a']['b'] }}", Some("{}|{{|}}|1")),
+    ("{% set x = {'k': {'n': [1, {'m': 2}]}} %}{{ x }}|{{ x|tojson }}", Some("{'k': {'n': [1, {'m': 2}]}}|{\"k\": {\"n\": [1, {\"m\": 2}]}}")),
+    // ZeroDivisionError: integer modulo by zero
+    ("{{ 1 is divisibleby 0 }}", None),
+    ("{{ 3.0 is odd }}|{{ 4.0 is even }}|{{ 2.5 is odd }}|{{ t is odd }}|{{ i is sameas 42 }}|{{ n is sameas none }}", Some("True|True|False|True|True|True")),
+    ("{{ nums|select('gt', 1)|list }}|{{ nums|select|list }}|{{ [0, 1, '', 'a', none]|select|list }}|{{ msgs|selectattr('role', 'in', ['user'])|list|length }}|{{ strs|reject('lower')|list }}", Some("[3, 2]|[3, 1, 2]|[1, 'a']|1|['A']")),
+    ("{{ msgs|map(attribute='missing', default='dflt')|list }}|{{ msgs|map(attribute='missing')|list }}|{{ [[1, 2], [3]]|map('length')|list }}|{{ [[1, 2], [3]]|map('join', '-')|list }}", Some("['dflt', 'dflt']|[Undefined, Undefined]|[2, 1]|['1-2', '3']")),
+    ("{{ strs|unique(case_sensitive=true)|list }}|{{ msgs|unique(attribute='role')|map(attribute='role')|list }}|{{ strs|min(case_sensitive=true) }}|{{ msgs|max(attribute='role')|tojson }}", Some("['b', 'A', 'c', 'a']|['user', 'assistant']|A|{\"role\": \"user\", \"content\": \"hi\"}")),
+    // TypeError: sync_do_first() takes 2 positional arguments but 3 were given
+    ("{{ nums|first(2) }}", None),
+    ("{{ 'abc'|batch(2)|list }}|{{ range(7)|slice(3, 'x')|list }}|{{ range(3)|map('string')|join }}", Some("[['a', 'b'], ['c']]|[[0, 1, 2], [3, 4, 'x'], [5, 6, 'x']]|012")),
+    ("{{ tools is iterable }}|{{ tools is sequence }}|{{ tools|default('dflt') }}|{{ tools|tojson }}|{{ tools|string }}|{% if not tools %}empty{% endif %}", Some("False|False|None|null|None|empty")),
+    // TypeError: object of type 'NoneType' has no len()
+    ("{{ tools|length }}", None),
+    ("{{ dict(d, z=1) }}|{{ dict(**d) if false else 'ok' }}", Some("{'a': None, 'b': [1, 2], 'c': {'x': 1.0}, 'z': 1}|ok")),
+    // TypeError: argument of type 'NoneType' is not iterable
+    ("{{ 'a' in none }}", None),
+    ("{% set content = '' %}{% for m in msgs %}{% set content = content + m.content %}{% endfor %}[{{ content }}]", Some("[]")),
+    ("{% set ns = namespace(parts=[]) %}{% for m in msgs %}{% set ns.parts = ns.parts + [m.role] %}{% endfor %}{{ ns.parts }}|{{ ns.parts|join(',') }}", Some("['user', 'assistant']|user,assistant")),
+    ("{{ msgs|groupby('role')|list|length }}|{% for g, items in msgs|groupby('role') %}{{ g }}={{ items|length }};{% endfor %}", Some("2|assistant=1;user=1;")),
+    ("{{ 'Hello World'|wordcount }}|{{ 'one-two three_four  5'|wordcount }}|{{ 'x'|center(4) }}|{{ 'a b c'|title }}|{{ 'a\\tb'|title }}|{{ '\u{e9}t\u{e9} fran\u{e7}ais'|title }}", Some("2|4| x  |A B C|A\tB|\u{c9}t\u{e9} Fran\u{e7}ais")),
+    ("{{ tabs|indent(2) }}|{{ ''|indent }}|{{ 'a'|indent(width=3, first=true) }}|{{ lines|indent(1) }}", Some("a\tbc\td\n  \tx||   a|a\n b\n c\n d\n e\n f\n g\n h\n")),
+    ("{{ 'A B'|lower|replace(' ', '_') }}|{{ s|truncate(5) }}|{{ s|truncate(5, leeway=0) }}|{{ 'aaaaaaaaaaaa bbbb'|truncate(10, leeway=0) }}", Some("a_b|He...|He...|aaaaaaa...")),
+];
+
+/// Jinja2 raises (error in the comment); minijinja renders.
+pub const KNOWN_DIVERGENT: &[&str] = &[
+    // TypeError: 'NoneType' object is not iterable
+    "{% for t in tools %}x{% endfor %}end",
+    // TypeError: 'NoneType' object is not iterable
+    "{% for m in none %}x{% endfor %}end",
+    // TypeError: '<' not supported between instances of 'NoneType' and 'int'
+    "{{ none < 1 }}",
+    // TypeError: '<' not supported between instances of 'str' and 'int'
+    "{{ 'a' < 1 }}",
+    // TypeError: '<' not supported between instances of 'list' and 'str'
+    "{{ [1, 2] < 'a' }}",
 ];
 
 /// (template, context JSON with messages/tools/documents/special_tokens/extra/add_generation_prompt, expected)

@@ -30,12 +30,21 @@ const MONTHS: [&str; 12] = [
     "December",
 ];
 
-/// A width beyond this is not a date format; glibc would pad to it, but
-/// refusing keeps a hostile template from allocating without bound.
-const MAX_WIDTH: usize = 4096;
-
 pub fn strftime(fmt: &str, dt: &NaiveDateTime) -> String {
-    glibc_strftime(&python_pass(fmt, dt), dt)
+    let fmt = python_pass(fmt, dt);
+    // CPython's time.strftime retries with buffers of 1024, 2048, ... bytes
+    // up to 256 * len(format) and returns "" when the result never fits;
+    // that bound also caps what a huge field width can allocate here.
+    let mut limit = 1024usize;
+    while limit < 256 * fmt.len() {
+        limit *= 2;
+    }
+    let out = glibc_strftime(&fmt, dt, limit);
+    if out.len() >= limit {
+        String::new()
+    } else {
+        out
+    }
 }
 
 /// CPython's `wrap_strftime`: `%f`, `%z` and `%Z` are replaced before the C
@@ -61,192 +70,228 @@ fn python_pass(fmt: &str, dt: &NaiveDateTime) -> String {
     out
 }
 
-enum Piece {
-    /// A number with its default field width; `space` pads with spaces by default.
-    Num {
-        value: i64,
-        digits: usize,
-        space: bool,
-    },
-    Str(String),
+struct Spec {
+    /// `_`, `-` or `0`; `None` when no padding flag was given.
+    pad: Option<char>,
+    width: Option<usize>,
+    upcase: bool,
+    lowcase: bool,
 }
 
-fn iso_year_week(dt: &NaiveDateTime) -> (i32, u32) {
-    let w = dt.date().iso_week();
-    (w.year(), w.week())
-}
-
-fn conversion(c: char, dt: &NaiveDateTime) -> Option<Piece> {
-    let wday = dt.weekday().num_days_from_sunday() as usize;
-    let yday = dt.ordinal0() as i64;
-    let hour12 = match dt.hour() % 12 {
-        0 => 12,
-        h => h,
-    } as i64;
-    let num = |value: i64, digits: usize| Piece::Num {
-        value,
-        digits,
-        space: false,
-    };
-    let spaced = |value: i64, digits: usize| Piece::Num {
-        value,
-        digits,
-        space: true,
-    };
-    let sub = |f: &str| Piece::Str(glibc_strftime(f, dt));
-    Some(match c {
-        'a' => Piece::Str(DAYS[wday][..3].to_string()),
-        'A' => Piece::Str(DAYS[wday].to_string()),
-        'b' | 'h' => Piece::Str(MONTHS[dt.month0() as usize][..3].to_string()),
-        'B' => Piece::Str(MONTHS[dt.month0() as usize].to_string()),
-        'c' => sub("%a %b %e %H:%M:%S %Y"),
-        'C' => num(dt.year().div_euclid(100) as i64, 2),
-        'd' => num(dt.day() as i64, 2),
-        'D' | 'x' => sub("%m/%d/%y"),
-        'e' => spaced(dt.day() as i64, 2),
-        'F' => sub("%Y-%m-%d"),
-        'g' => num(iso_year_week(dt).0.rem_euclid(100) as i64, 2),
-        'G' => num(iso_year_week(dt).0 as i64, 1),
-        'H' => num(dt.hour() as i64, 2),
-        'I' => num(hour12, 2),
-        'j' => num(yday + 1, 3),
-        'k' => spaced(dt.hour() as i64, 2),
-        'l' => spaced(hour12, 2),
-        'm' => num(dt.month() as i64, 2),
-        'M' => num(dt.minute() as i64, 2),
-        'n' => Piece::Str("\n".to_string()),
-        'p' => Piece::Str(if dt.hour() < 12 { "AM" } else { "PM" }.to_string()),
-        'P' => Piece::Str(if dt.hour() < 12 { "am" } else { "pm" }.to_string()),
-        'r' => sub("%I:%M:%S %p"),
-        'R' => sub("%H:%M"),
-        // mktime in the local zone; the guard assumes the server runs in UTC.
-        's' => num(dt.and_utc().timestamp(), 1),
-        'S' => num(dt.second() as i64, 2),
-        't' => Piece::Str("\t".to_string()),
-        'T' | 'X' => sub("%H:%M:%S"),
-        'u' => num(dt.weekday().number_from_monday() as i64, 1),
-        'U' => num((yday + 7 - wday as i64) / 7, 2),
-        'V' => num(iso_year_week(dt).1 as i64, 2),
-        'w' => num(wday as i64, 1),
-        'W' => num((yday + 7 - ((wday as i64 + 6) % 7)) / 7, 2),
-        'y' => num(dt.year().rem_euclid(100) as i64, 2),
-        'Y' => num(dt.year() as i64, 1),
-        // tm_gmtoff is 0 and tm_zone unset in the struct Python builds
-        'z' => num(0, 4).with_sign(),
-        'Z' => Piece::Str(String::new()),
-        '%' => Piece::Str("%".to_string()),
-        _ => return None,
-    })
-}
-
-impl Piece {
-    fn with_sign(self) -> Piece {
-        match self {
-            Piece::Num { value, .. } => Piece::Str(format!("+{value:04}")),
-            other => other,
+impl Spec {
+    /// glibc's `cpy`/`add`: case conversion (ASCII, as in the C locale),
+    /// then left padding to the width with zeros for `0`, else spaces.
+    fn cpy(&self, out: &mut String, text: &str) {
+        let len = text.chars().count();
+        if let Some(w) = self.width {
+            if w > len {
+                let fill = if self.pad == Some('0') { '0' } else { ' ' };
+                out.extend(std::iter::repeat_n(fill, w - len));
+            }
         }
+        if self.lowcase {
+            out.push_str(&text.to_ascii_lowercase());
+        } else if self.upcase {
+            out.push_str(&text.to_ascii_uppercase());
+        } else {
+            out.push_str(text);
+        }
+    }
+
+    /// `DO_NUMBER` / `DO_NUMBER_SPACEPAD` and `do_number_sign_and_padding`.
+    fn number(&mut self, out: &mut String, d: usize, value: i64, spacepad: bool) {
+        if spacepad && self.pad != Some('0') && self.pad != Some('-') {
+            self.pad = Some('_');
+        }
+        let digits = d.max(self.width.unwrap_or(0));
+        let neg = value < 0;
+        let body = value.unsigned_abs().to_string();
+        let len = body.len() + usize::from(neg);
+        if self.pad != Some('-') && digits > len {
+            let padding = digits - len;
+            if self.pad == Some('_') {
+                out.extend(std::iter::repeat_n(' ', padding));
+                self.width = self.width.map(|w| w.saturating_sub(padding));
+            } else {
+                if neg {
+                    out.push('-');
+                }
+                out.extend(std::iter::repeat_n('0', padding));
+                self.width = None;
+                self.cpy(out, &body);
+                return;
+            }
+        }
+        let signed = if neg { format!("-{body}") } else { body };
+        self.cpy(out, &signed);
     }
 }
 
-fn glibc_strftime(fmt: &str, dt: &NaiveDateTime) -> String {
+/// glibc's `__strftime_internal` in the C locale for a `struct tm` with
+/// `tm_isdst = -1` and no zone, as CPython builds it for a naive datetime.
+fn glibc_strftime(fmt: &str, dt: &NaiveDateTime, limit: usize) -> String {
+    let chars: Vec<char> = fmt.chars().collect();
     let mut out = String::with_capacity(fmt.len() + 16);
-    let bytes: Vec<(usize, char)> = fmt.char_indices().collect();
     let mut i = 0;
-    while i < bytes.len() {
-        let (start, c) = bytes[i];
+    while i < chars.len() {
+        if out.len() >= limit {
+            return out;
+        }
+        let c = chars[i];
         i += 1;
         if c != '%' {
             out.push(c);
             continue;
         }
-        let mut pad: Option<char> = None;
-        let mut upcase = false;
-        let mut swapcase = false;
-        while let Some(&(_, f)) = bytes.get(i) {
+        let start = i - 1;
+        let mut spec = Spec {
+            pad: None,
+            width: None,
+            upcase: false,
+            lowcase: false,
+        };
+        let mut change_case = false;
+        while let Some(&f) = chars.get(i) {
             match f {
-                '_' | '-' | '0' => pad = Some(f),
-                '^' => upcase = true,
-                '#' => swapcase = true,
+                '_' | '-' | '0' => spec.pad = Some(f),
+                '^' => spec.upcase = true,
+                '#' => change_case = true,
                 _ => break,
             }
             i += 1;
         }
-        let mut width: Option<usize> = None;
-        while let Some(&(_, d)) = bytes.get(i) {
-            let Some(dv) = d.to_digit(10) else { break };
-            width = Some(
-                width
+        while let Some(d) = chars.get(i).and_then(|c| c.to_digit(10)) {
+            spec.width = Some(
+                spec.width
                     .unwrap_or(0)
                     .saturating_mul(10)
-                    .saturating_add(dv as usize)
-                    .min(MAX_WIDTH),
+                    .saturating_add(d as usize)
+                    .min(limit),
             );
             i += 1;
         }
-        if let Some(&(_, 'E' | 'O')) = bytes.get(i) {
+        let modifier = match chars.get(i) {
+            Some(&m @ ('E' | 'O')) => {
+                i += 1;
+                Some(m)
+            }
+            _ => None,
+        };
+        let conv = chars.get(i).copied();
+        let mut bad = false;
+        let wday = dt.weekday().num_days_from_sunday() as i64;
+        let yday = dt.ordinal0() as i64;
+        let hour12 = match dt.hour() % 12 {
+            0 => 12,
+            h => h as i64,
+        };
+        let e_bad = modifier == Some('E');
+        let any_bad = modifier.is_some();
+        let subformat = |spec: &Spec, out: &mut String, sub: &str| {
+            let text = glibc_strftime(sub, dt, limit);
+            let mut s2 = Spec {
+                pad: spec.pad,
+                width: spec.width,
+                upcase: spec.upcase,
+                lowcase: false,
+            };
+            s2.lowcase = false;
+            s2.cpy(out, &text);
+        };
+        match conv {
+            Some('%') => spec.cpy(&mut out, "%"),
+            Some('a') if !any_bad => {
+                spec.upcase |= change_case;
+                spec.cpy(&mut out, &DAYS[wday as usize][..3]);
+            }
+            Some('A') if !any_bad => {
+                spec.upcase |= change_case;
+                spec.cpy(&mut out, DAYS[wday as usize]);
+            }
+            Some('b' | 'h') if !e_bad => {
+                spec.upcase |= change_case;
+                spec.cpy(&mut out, &MONTHS[dt.month0() as usize][..3]);
+            }
+            Some('B') if !e_bad => {
+                spec.upcase |= change_case;
+                spec.cpy(&mut out, MONTHS[dt.month0() as usize]);
+            }
+            Some('c') if modifier != Some('O') => {
+                subformat(&spec, &mut out, "%a %b %e %H:%M:%S %Y")
+            }
+            Some('C') => spec.number(&mut out, 1, dt.year().div_euclid(100) as i64, false),
+            Some('x') if modifier != Some('O') => subformat(&spec, &mut out, "%m/%d/%y"),
+            Some('D') if !any_bad => subformat(&spec, &mut out, "%m/%d/%y"),
+            Some('d') if !e_bad => spec.number(&mut out, 2, dt.day() as i64, false),
+            Some('e') if !e_bad => spec.number(&mut out, 2, dt.day() as i64, true),
+            Some('F') if !any_bad => subformat(&spec, &mut out, "%Y-%m-%d"),
+            Some('H') if !e_bad => spec.number(&mut out, 2, dt.hour() as i64, false),
+            Some('I') if !e_bad => spec.number(&mut out, 2, hour12, false),
+            Some('k') if !e_bad => spec.number(&mut out, 2, dt.hour() as i64, true),
+            Some('l') if !e_bad => spec.number(&mut out, 2, hour12, true),
+            Some('j') if !e_bad => spec.number(&mut out, 3, yday + 1, false),
+            Some('M') if !e_bad => spec.number(&mut out, 2, dt.minute() as i64, false),
+            Some('m') if !e_bad => spec.number(&mut out, 2, dt.month() as i64, false),
+            Some('n') => spec.cpy(&mut out, "\n"),
+            Some('t') => spec.cpy(&mut out, "\t"),
+            Some(p @ ('p' | 'P')) => {
+                if p == 'P' || change_case {
+                    spec.lowcase = true;
+                    spec.upcase = false;
+                }
+                spec.cpy(&mut out, if dt.hour() < 12 { "AM" } else { "PM" });
+            }
+            Some('R') => subformat(&spec, &mut out, "%H:%M"),
+            Some('r') => subformat(&spec, &mut out, "%I:%M:%S %p"),
+            Some('S') if !e_bad => spec.number(&mut out, 2, dt.second() as i64, false),
+            // mktime in the local zone; the guard assumes the server runs in UTC.
+            Some('s') => spec.number(&mut out, 1, dt.and_utc().timestamp(), false),
+            Some('X') if modifier != Some('O') => subformat(&spec, &mut out, "%H:%M:%S"),
+            Some('T') => subformat(&spec, &mut out, "%H:%M:%S"),
+            Some('u') => spec.number(&mut out, 1, (wday + 6) % 7 + 1, false),
+            Some('U') if !e_bad => spec.number(&mut out, 2, (yday - wday + 7) / 7, false),
+            Some('V') if !e_bad => {
+                spec.number(&mut out, 2, dt.date().iso_week().week() as i64, false)
+            }
+            Some('g') if !e_bad => spec.number(
+                &mut out,
+                2,
+                (dt.date().iso_week().year() as i64).rem_euclid(100),
+                false,
+            ),
+            Some('G') if !e_bad => {
+                spec.number(&mut out, 1, dt.date().iso_week().year() as i64, false)
+            }
+            Some('W') if !e_bad => {
+                spec.number(&mut out, 2, (yday - (wday - 1 + 7) % 7 + 7) / 7, false)
+            }
+            Some('w') if !e_bad => spec.number(&mut out, 1, wday, false),
+            Some('Y') if modifier != Some('O') => spec.number(&mut out, 1, dt.year() as i64, false),
+            Some('y') => spec.number(&mut out, 2, (dt.year() as i64).rem_euclid(100), false),
+            Some('Z') => {
+                if change_case {
+                    spec.lowcase = true;
+                    spec.upcase = false;
+                }
+                spec.cpy(&mut out, "");
+            }
+            // tm_isdst < 0: glibc writes nothing, not even padding
+            Some('z') => {}
+            _ => bad = true,
+        }
+        if bad {
+            // glibc copies the directive through (from '%' to the current
+            // character, or to the end of the format), padded like text
+            let end = match conv {
+                Some(_) => i + 1,
+                None => chars.len(),
+            };
+            let text: String = chars[start..end].iter().collect();
+            spec.cpy(&mut out, &text);
+            i = end;
+        } else {
             i += 1;
         }
-        let Some(&(conv_at, conv)) = bytes.get(i) else {
-            // a trailing incomplete directive is copied as is
-            out.push_str(&fmt[start..]);
-            break;
-        };
-        i += 1;
-        // glibc copies an unknown directive through, padded like a string
-        let piece = conversion(conv, dt)
-            .unwrap_or_else(|| Piece::Str(fmt[start..conv_at + conv.len_utf8()].to_string()));
-        let text = match piece {
-            Piece::Num {
-                value,
-                digits,
-                space,
-            } => {
-                let body = value.unsigned_abs().to_string();
-                let neg = if value < 0 { "-" } else { "" };
-                let padc = match pad {
-                    Some('-') => None,
-                    Some('_') => Some(' '),
-                    Some('0') => Some('0'),
-                    _ if space => Some(' '),
-                    _ => Some('0'),
-                };
-                let w = width.unwrap_or(digits);
-                let len = body.len() + neg.len();
-                match padc {
-                    Some(p) if w > len => {
-                        let fill: String = std::iter::repeat_n(p, w - len).collect();
-                        if p == '0' {
-                            format!("{neg}{fill}{body}")
-                        } else {
-                            format!("{fill}{neg}{body}")
-                        }
-                    }
-                    _ => format!("{neg}{body}"),
-                }
-            }
-            Piece::Str(s) => {
-                let mut s = if upcase {
-                    s.to_uppercase()
-                } else if swapcase {
-                    match conv {
-                        'p' | 'Z' => s.to_lowercase(),
-                        _ => s.to_uppercase(),
-                    }
-                } else {
-                    s
-                };
-                let len = s.chars().count();
-                if let (Some(w), false) = (width, pad == Some('-')) {
-                    if w > len {
-                        let p = if pad == Some('0') { '0' } else { ' ' };
-                        let fill: String = std::iter::repeat_n(p, w - len).collect();
-                        s.insert_str(0, &fill);
-                    }
-                }
-                s
-            }
-        };
-        out.push_str(&text);
     }
     out
 }

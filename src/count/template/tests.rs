@@ -3,7 +3,7 @@
 //! Jinja2 3.1.6, CPython 3.11.7, strftime pinned to 2025-01-15 12:00:00) and
 //! are recorded in `snippet_cases.rs` and `testdata/fixtures_expected.json`.
 
-use super::snippet_cases::{BASE_CONTEXT, SNIPPETS, SPECIAL};
+use super::snippet_cases::{BASE_CONTEXT, KNOWN_DIVERGENT, SNIPPETS, SPECIAL};
 use super::*;
 
 fn fixed_now() -> chrono::NaiveDateTime {
@@ -122,7 +122,8 @@ fn load_fixture_template(dir: &std::path::Path) -> String {
         return std::fs::read_to_string(&jinja).expect("read chat_template.jinja");
     }
     let config: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("read tokenizer_config.json"),
+        &std::fs::read_to_string(dir.join("tokenizer_config.json"))
+            .expect("read tokenizer_config.json"),
     )
     .expect("parse tokenizer_config.json");
     config["chat_template"]
@@ -134,8 +135,8 @@ fn load_fixture_template(dir: &std::path::Path) -> String {
 #[test]
 fn fixture_templates_match_transformers() {
     let Some(shared) = shared_dir() else { return };
-    let expected: Value =
-        serde_json::from_str(include_str!("testdata/fixtures_expected.json")).expect("expectations");
+    let expected: Value = serde_json::from_str(include_str!("testdata/fixtures_expected.json"))
+        .expect("expectations");
     let cases = expected["cases"].as_array().expect("cases");
     let fixtures = expected["fixtures"].as_object().expect("fixtures");
     assert_eq!(fixtures.len(), 9, "one expectation set per fixture");
@@ -149,11 +150,20 @@ fn fixture_templates_match_transformers() {
             .as_array()
             .expect("special tokens")
             .iter()
-            .map(|p| (p[0].as_str().unwrap_or_default().to_string(), p[1].as_str().unwrap_or_default().to_string()))
+            .map(|p| {
+                (
+                    p[0].as_str().unwrap_or_default().to_string(),
+                    p[1].as_str().unwrap_or_default().to_string(),
+                )
+            })
             .collect();
         for case in cases {
             let case_name = case["name"].as_str().expect("case name");
-            let extra = case.get("extra").and_then(Value::as_object).cloned().unwrap_or_default();
+            let extra = case
+                .get("extra")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
             let got = tmpl.render(&RenderContext {
                 messages: &case["messages"],
                 tools: case.get("tools"),
@@ -168,11 +178,18 @@ fn fixture_templates_match_transformers() {
             match (got, want.get("ok").and_then(Value::as_str)) {
                 (Ok(g), Some(w)) if g == w => {}
                 (Err(_), None) => {}
-                (got, _) => failures.push(format!("{name}/{case_name}:\n   want: {want}\n    got: {got:?}")),
+                (got, _) => failures.push(format!(
+                    "{name}/{case_name}:\n   want: {want}\n    got: {got:?}"
+                )),
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {checked} renders differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} renders differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -183,7 +200,9 @@ fn content_format_matches_sglang() {
         &std::fs::read_to_string(shared.join("goldens/HEADER.json")).expect("read HEADER.json"),
     )
     .expect("parse HEADER.json");
-    let per_fixture = header["sglang"]["tokenizers"].as_object().expect("sglang.tokenizers");
+    let per_fixture = header["sglang"]["tokenizers"]
+        .as_object()
+        .expect("sglang.tokenizers");
     assert!(!per_fixture.is_empty());
     for (name, info) in per_fixture {
         let want = match info["jinja_template_content_format"].as_str() {
@@ -193,7 +212,11 @@ fn content_format_matches_sglang() {
         };
         let src = load_fixture_template(&shared.join("tokenizers").join(name));
         assert_eq!(detect_content_format(&src), want, "{name}");
-        assert_eq!(ChatTemplate::new(&src).expect("compiles").content_format(), want, "{name}");
+        assert_eq!(
+            ChatTemplate::new(&src).expect("compiles").content_format(),
+            want,
+            "{name}"
+        );
     }
 }
 
@@ -201,7 +224,8 @@ fn content_format_matches_sglang() {
 /// as `gen_fixtures.py` extracts them.
 fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, String)> {
     let config: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("tokenizer_config.json")).expect("read tokenizer_config.json"),
+        &std::fs::read_to_string(dir.join("tokenizer_config.json"))
+            .expect("read tokenizer_config.json"),
     )
     .expect("parse tokenizer_config.json");
     config
@@ -210,7 +234,9 @@ fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, String)> {
         .iter()
         .filter(|(k, _)| k.ends_with("_token"))
         .filter_map(|(k, v)| {
-            let s = v.as_str().or_else(|| v.get("content").and_then(Value::as_str))?;
+            let s = v
+                .as_str()
+                .or_else(|| v.get("content").and_then(Value::as_str))?;
             Some((k.clone(), s.to_string()))
         })
         .collect()
@@ -240,7 +266,8 @@ fn golden_plain_renders_match() {
         let dir = shared.join("tokenizers").join(fixture);
         let tmpl = ChatTemplate::new(&load_fixture_template(&dir)).expect("template compiles");
         let special = config_special_tokens(&dir);
-        let lines = std::fs::read_to_string(goldens.join(format!("{fixture}.jsonl"))).expect("read goldens");
+        let lines = std::fs::read_to_string(goldens.join(format!("{fixture}.jsonl")))
+            .expect("read goldens");
         for line in lines.lines().filter(|l| !l.trim().is_empty()) {
             let g: Value = serde_json::from_str(line).expect("golden line");
             if g["endpoint"] != "chat" {
@@ -248,11 +275,14 @@ fn golden_plain_renders_match() {
             }
             let case = g["case"].as_str().expect("case");
             let body: Value = serde_json::from_str(
-                &std::fs::read_to_string(goldens.join("cases").join(format!("{case}.json"))).expect("read case"),
+                &std::fs::read_to_string(goldens.join("cases").join(format!("{case}.json")))
+                    .expect("read case"),
             )
             .expect("parse case");
             let req = &body["request"];
-            let tools = req.get("tools").filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+            let tools = req
+                .get("tools")
+                .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
             let got = tmpl.render(&RenderContext {
                 messages: &req["messages"],
                 tools,
@@ -264,7 +294,8 @@ fn golden_plain_renders_match() {
             });
             checked += 1;
             match (got, g.get("rendered_sha256").and_then(Value::as_str)) {
-                (Ok(text), Some(want)) if hex::encode(sha2::Sha256::digest(text.as_bytes())) == want => {}
+                (Ok(text), Some(want))
+                    if hex::encode(sha2::Sha256::digest(text.as_bytes())) == want => {}
                 (Err(_), None) => {}
                 (got, want) => failures.push(format!(
                     "{fixture}/{case}: want sha {want:?} (error {:?}), got {:?}",
@@ -275,5 +306,177 @@ fn golden_plain_renders_match() {
         }
     }
     assert!(checked > 400, "only {checked} golden renders found");
-    assert!(failures.is_empty(), "{} of {checked} differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Template fragments and the format SGLang 0.5.23's own
+/// `detect_jinja_template_content_format` returns for them (run on Jinja2
+/// 3.1.6). Not matched and not listed: templates Jinja2 cannot compile
+/// (syntax errors, unknown filters), which SGLang treats as "string".
+const DETECT_CASES: &[(&str, ContentFormat)] = &[
+    ("{% for m in messages %}{{ m.content }}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message['content'] %}{{ c.text }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for msg in messages %}{% for c in msg.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for msg in messages %}{% for c in msg['content'] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for m in messages %}{%- for c in m.content -%}{{ c }}{%- endfor -%}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for x in messages %}{% for c in x.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message['content'] | selectattr('type', 'equalto', 'text') %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content[1:] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content[0] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in (message.content) %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content if c.type == 'text' %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content recursive %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content + [] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.content or [] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.get('content') %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message[\"content\"] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message['con' 'tent'] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content|list|reverse %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in not message.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for i, c in message.content|items %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for (i, c) in message.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content, 1 %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{# {% for c in message.content %}{% endfor %} #}plain", ContentFormat::String),
+    ("{% raw %}{% for c in message.content %}{% endfor %}{% endraw %}", ContentFormat::String),
+    ("{{ '{% for c in message.content %}' }}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.contents %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.content['x'] %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.content.parts %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message.content is string %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content() %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{% macro r(message) %}{% for c in message.content %}{{ c }}{% endfor %}{% endmacro %}", ContentFormat::OpenAi),
+    ("{% set x = [1] %}{% for c in msg.content|default([]) %}{{ c }}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for c in messages[0].content %}{{ c }}{% endfor %}", ContentFormat::String),
+    ("{% for message in messages %}{% for c in message .content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in -message.content %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::String),
+    ("{%- for message in messages -%}{%- for part in message['content'] -%}{{ part['text'] }}{%- endfor -%}{%- endfor -%}", ContentFormat::OpenAi),
+    ("{% if x %}{% for c in m.content %}{% endfor %}{% endif %}", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message.content|selectattr('type','eq','text')|map(attribute='text') %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+    ("contains the word visionary", ContentFormat::OpenAi),
+    ("{% for message in messages %}{% for c in message['content'][::2]|list %}{{ c }}{% endfor %}{% endfor %}", ContentFormat::OpenAi),
+];
+
+#[test]
+fn content_format_detection_matches_sglang() {
+    for (src, want) in DETECT_CASES {
+        assert_eq!(detect_content_format(src), *want, "{src}");
+    }
+}
+
+/// A 2.5 MB conversation renders in milliseconds: no quadratic string
+/// building in printing, trimming, `tojson` or the methods on the way.
+#[test]
+fn large_conversation_renders_fast() {
+    let Some(shared) = shared_dir() else { return };
+    let big = "word \u{e9}\u{4e2d} ".repeat(1 << 17); // ~1.3 MB
+    let messages = serde_json::json!([
+        {"role": "system", "content": big.clone()},
+        {"role": "user", "content": big},
+    ]);
+    for fixture in ["qwen3", "gemma-3", "glm-4.5", "llama-3.2", "gpt-oss"] {
+        let dir = shared.join("tokenizers").join(fixture);
+        let tmpl = ChatTemplate::new(&load_fixture_template(&dir)).expect("compiles");
+        let special = config_special_tokens(&dir);
+        let start = std::time::Instant::now();
+        let out = tmpl
+            .render(&RenderContext {
+                messages: &messages,
+                tools: None,
+                documents: None,
+                add_generation_prompt: true,
+                special_tokens: &special,
+                extra: &Map::new(),
+                now: fixed_now(),
+            })
+            .expect("renders");
+        let took = start.elapsed();
+        assert!(out.len() > 2_000_000, "{fixture}");
+        // generous for unoptimised test builds on a busy machine
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "{fixture}: {took:?}"
+        );
+        eprintln!("{fixture}: {} bytes in {took:?}", out.len());
+    }
+}
+
+/// Where Jinja2 raises and minijinja renders (see `KNOWN_DIVERGENT`): the
+/// VM iterates `None` as empty and orders mismatched types without calling
+/// anything this module can override. SGLang refuses these requests, so
+/// counting them never lets a prompt through that SGLang would prefill.
+#[test]
+fn known_divergences_still_render() {
+    let base: Map<String, Value> = serde_json::from_str(BASE_CONTEXT).expect("base context");
+    for src in KNOWN_DIVERGENT {
+        let got = render_with(src, &Value::Array(vec![]), None, None, false, &[], &base);
+        assert!(
+            got.is_ok(),
+            "{src}: now raises like Jinja2 ({got:?}); move it to SNIPPETS"
+        );
+    }
+}
+
+#[test]
+fn float_repr_matches_cpython() {
+    for (bits, want) in super::unit_refs::FLOAT_REPRS {
+        let mut got = String::new();
+        pyrepr::push_float_repr(&mut got, f64::from_bits(*bits));
+        assert_eq!(&got, want, "bits {bits:#x}");
+    }
+}
+
+#[test]
+fn strftime_matches_cpython_glibc() {
+    let mut failures = Vec::new();
+    for (y, mo, d, h, mi, s, us, fmt, want) in super::unit_refs::STRFTIME_CASES {
+        let dt = chrono::NaiveDate::from_ymd_opt(*y, *mo, *d)
+            .and_then(|date| date.and_hms_micro_opt(*h, *mi, *s, *us))
+            .expect("valid datetime");
+        let got = strftime::strftime(fmt, &dt);
+        if &got != want {
+            failures.push(format!(
+                "{y}-{mo}-{d} {h}:{mi}:{s}.{us} {fmt:?}: want {want:?}, got {got:?}"
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn strftime_never_panics() {
+    let dt = fixed_now();
+    let alphabet: Vec<char> = "%-_0^#123456789EOaAbBcdzZf:é \u{0}x".chars().collect();
+    // a small deterministic generator: every 1..4 character string over the alphabet
+    // is too many; walk a linear congruential sequence instead
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..20_000 {
+        let mut fmt = String::new();
+        for _ in 0..(state % 9) {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            fmt.push(alphabet[(state >> 33) as usize % alphabet.len()]);
+        }
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let _ = strftime::strftime(&fmt, &dt);
+    }
+    // CPython gives up and returns "" when the result outgrows 256 * len(format)
+    assert_eq!(strftime::strftime("%99999999999d", &dt), "");
+    assert_eq!(strftime::strftime("%1000d", &dt).len(), 1000);
+    assert_eq!(strftime::strftime("%2047d", &dt).len(), 2047);
+    assert_eq!(strftime::strftime("%z%Z", &dt), "");
+    assert_eq!(strftime::strftime("%5Z|", &dt), "     |");
 }

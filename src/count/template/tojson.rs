@@ -12,6 +12,7 @@ use minijinja::{Error, ErrorKind, Value};
 
 use super::args::{split_args, type_error};
 use super::pyrepr::{self, DictView, MAX_DEPTH};
+use super::pysort;
 
 /// More indentation than this per level is not something a chat template
 /// asks for; refusing it keeps a hostile template from allocating gigabytes.
@@ -329,17 +330,7 @@ fn encode(
                 return Ok(());
             }
             if opts.sort_keys {
-                let mut err = None;
-                pairs.sort_by(|a, b| match py_key_cmp(&a.0, &b.0) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        err.get_or_insert(e);
-                        Ordering::Equal
-                    }
-                });
-                if let Some(e) = err {
-                    return Err(e);
-                }
+                pysort::try_sort(&mut pairs, &mut |a, b| py_key_cmp(&a.0, &b.0))?;
             }
             out.push('{');
             if let Some(ind) = &opts.indent {
