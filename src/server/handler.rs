@@ -232,6 +232,9 @@ fn from_upstream(
     in_flight: InFlight,
 ) -> Response<ResponseBody> {
     let (mut parts, body) = response.into_parts();
+    // The version is the client connection's business, not the upstream's
+    // (an HTTP/1.0 upstream must not make the guard answer in 1.0).
+    parts.version = Version::default();
     headers::to_client(&mut parts.headers, request_id);
     Response::from_parts(parts, ResponseBody::streamed(body, in_flight))
 }

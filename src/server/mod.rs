@@ -67,7 +67,6 @@ pub async fn run(
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    tracing::info!(proxy = %proxy.local_addr()?, admin = %admin.local_addr()?, "serving");
     let graceful = GracefulShutdown::new();
     let builder = connection_builder();
     let (mut proxy_conns, mut admin_conns) = (JoinSet::new(), JoinSet::new());
