@@ -47,7 +47,10 @@ fn block_tags(src: &str) -> Vec<&str> {
         }
         match b[i + 1] {
             b'#' if !in_raw => {
-                i = src[i + 2..].find("#}").map_or(b.len(), |j| i + 2 + j + 2);
+                i = src
+                    .get(i + 2..)
+                    .and_then(|rest| rest.find("#}"))
+                    .map_or(b.len(), |j| i + 2 + j + 2);
             }
             b'{' if !in_raw => {
                 i = skip_expr(src, i + 2, "}}");
@@ -55,7 +58,15 @@ fn block_tags(src: &str) -> Vec<&str> {
             b'%' => {
                 let start = i + 2;
                 let end = skip_expr(src, start, "%}");
-                let inner = src[start..end.saturating_sub(2).max(start)].trim_matches(['-', '+']);
+                let inner_end = if src.as_bytes()[..end].ends_with(b"%}") {
+                    end - 2
+                } else {
+                    end
+                };
+                let inner = src
+                    .get(start..inner_end.max(start))
+                    .unwrap_or("")
+                    .trim_matches(['-', '+']);
                 let word = inner
                     .trim_start()
                     .split(|c: char| !c.is_alphanumeric() && c != '_')
@@ -92,7 +103,7 @@ fn skip_expr(src: &str, mut i: usize, end: &str) -> usize {
                 }
                 i += 1;
             }
-            _ if src[i..].starts_with(end) => return i + end.len(),
+            _ if b[i..].starts_with(end.as_bytes()) => return i + end.len(),
             _ => i += 1,
         }
     }

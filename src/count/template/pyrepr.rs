@@ -9,9 +9,10 @@ use minijinja::{Error, ErrorKind, Value};
 
 use super::unicode;
 
-/// Python raises RecursionError long before Rust would overflow its stack on
-/// a self-nesting value a template built in a loop.
-pub const MAX_DEPTH: usize = 256;
+/// Python raises RecursionError at about this depth (its recursion limit of
+/// 1000 minus the frames rendering takes), long before Rust would overflow
+/// its stack on a self-nesting value a template built in a loop.
+pub const MAX_DEPTH: usize = 980;
 
 pub fn recursion_error() -> Error {
     Error::new(

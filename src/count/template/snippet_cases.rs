@@ -206,6 +206,12 @@ pub const SNIPPETS: &[(&str, Option<&str>)] = &[
     ("{{ raise_exception(5) }}", None),
     // TypeError: strftime() argument 1 must be str, not int
     ("{{ strftime_now(5) }}", None),
+    ("a{% generation %}b{% endgeneration %}c", Some("abc")),
+    ("{%- generation -%}\n x \n{%- endgeneration +%}\ny", Some("x\ny")),
+    ("  {% generation %}\n  in\n  {% endgeneration %}\nout", Some("  in\nout")),
+    ("line1\u{d}\nline2\u{d}{% if true %}\u{d}\nx\u{d}\n{% endif %}\u{d}\nend\u{d}\n", Some("line1\nline2\nx\nend")),
+    ("{{ 'a\u{d}\nb'|length }}|{% set x = '{% generation %}' %}{{ x }}|{{ \"\\r\\n\"|length }}", Some("3|{% generation %}|2")),
+    ("{# comment with {{ and %} #}ok{% raw %}{{ '\\U0001F600' }}{% endraw %}", Some("ok{{ '\\U0001F600' }}")),
     ("x\n", Some("x")),
     ("x\n\n", Some("x\n")),
     ("{% if true %}\nx\n{% endif %}\n\n", Some("x\n")),

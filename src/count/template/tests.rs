@@ -480,3 +480,208 @@ fn strftime_never_panics() {
     assert_eq!(strftime::strftime("%z%Z", &dt), "");
     assert_eq!(strftime::strftime("%5Z|", &dt), "     |");
 }
+
+#[test]
+fn detection_never_panics_on_broken_sources() {
+    for src in [
+        "{% for c in message.content",
+        "{% for c in message.content é",
+        "{{ é }}{% for x in m.content %}",
+        "{# é",
+        "{%",
+        "{",
+        "é{%-é-%}",
+        "{% raw %}é",
+        "{{ 'é",
+        "{% for x in (((m.content %}",
+        "{% for x in m.content[ %}",
+        "{% for x in m.content| %}",
+        "{% for x in m.content is %}",
+        "{% for %}",
+        "{% for in %}",
+    ] {
+        let _ = detect_content_format(src);
+        let _ = ChatTemplate::new(src);
+    }
+}
+
+#[test]
+fn chat_template_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<ChatTemplate>();
+    assert_send_sync::<TemplateError>();
+}
+
+#[test]
+fn unicode_ascii_fast_paths_agree_with_tables() {
+    use super::unicode_tables as t;
+    let in_table = |table: &[(u32, u32)], c: char| {
+        table
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&(c as u32)))
+    };
+    for b in 0u8..128 {
+        let c = b as char;
+        assert_eq!(unicode::is_space(c), in_table(t::SPACE, c), "space {b}");
+        assert_eq!(
+            unicode::is_printable(c),
+            !in_table(t::NON_PRINTABLE, c),
+            "printable {b}"
+        );
+        assert_eq!(unicode::is_alpha(c), in_table(t::ALPHA, c), "alpha {b}");
+        assert_eq!(
+            unicode::is_decimal(c),
+            in_table(t::DECIMAL, c),
+            "decimal {b}"
+        );
+        assert_eq!(unicode::is_digit(c), in_table(t::DIGIT, c), "digit {b}");
+        assert_eq!(
+            unicode::is_numeric(c),
+            in_table(t::NUMERIC, c),
+            "numeric {b}"
+        );
+        assert_eq!(unicode::is_lower(c), in_table(t::LOWERCASE, c), "lower {b}");
+        assert_eq!(unicode::is_upper(c), in_table(t::UPPERCASE, c), "upper {b}");
+        assert_eq!(unicode::is_title(c), in_table(t::TITLECASE, c), "title {b}");
+        assert_eq!(
+            unicode::is_case_ignorable(c),
+            in_table(t::CASE_IGNORABLE, c),
+            "ignorable {b}"
+        );
+    }
+}
+
+fn simple_ctx<'a>(
+    messages: &'a Value,
+    extra: &'a Map<String, Value>,
+    special: &'a [(String, String)],
+) -> RenderContext<'a> {
+    RenderContext {
+        messages,
+        tools: None,
+        documents: None,
+        add_generation_prompt: true,
+        special_tokens: special,
+        extra,
+        now: fixed_now(),
+    }
+}
+
+#[test]
+fn raise_exception_message_is_the_error() {
+    let tmpl =
+        ChatTemplate::new("{{ raise_exception('Only user and assistant roles are supported!') }}")
+            .expect("compiles");
+    let err = tmpl
+        .render(&simple_ctx(&Value::Array(vec![]), &Map::new(), &[]))
+        .expect_err("raises");
+    assert_eq!(err.0, "Only user and assistant roles are supported!");
+}
+
+#[test]
+fn kwargs_colliding_with_render_arguments_raise() {
+    let tmpl = ChatTemplate::new("{{ messages|length }}").expect("compiles");
+    for key in ["messages", "tools", "documents", "add_generation_prompt"] {
+        let mut extra = Map::new();
+        extra.insert(key.to_string(), Value::Bool(true));
+        assert!(
+            tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &[]))
+                .is_err(),
+            "{key}"
+        );
+    }
+    let mut extra = Map::new();
+    extra.insert("bos_token".into(), Value::String(String::new()));
+    extra.insert("raise_exception".into(), Value::String("shadowed".into()));
+    let special = [("bos_token".to_string(), "<s>".to_string())];
+    let tmpl = ChatTemplate::new("[{{ bos_token }}|{{ raise_exception }}]").expect("compiles");
+    assert_eq!(
+        tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &special))
+            .expect("renders"),
+        "[|shadowed]"
+    );
+}
+
+#[test]
+fn renders_concurrently_with_each_callers_clock() {
+    let tmpl = std::sync::Arc::new(
+        ChatTemplate::new("{{ strftime_now('%Y-%m-%d %H:%M') }}|{{ messages[0] }}")
+            .expect("compiles"),
+    );
+    let handles: Vec<_> = (0..8)
+        .map(|n| {
+            let tmpl = tmpl.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let now = chrono::NaiveDate::from_ymd_opt(2020 + n, 1, 1)
+                        .and_then(|d| d.and_hms_opt(n as u32, 0, 0))
+                        .expect("date");
+                    let messages = serde_json::json!([n]);
+                    let extra = Map::new();
+                    let out = tmpl
+                        .render(&RenderContext {
+                            messages: &messages,
+                            tools: None,
+                            documents: None,
+                            add_generation_prompt: false,
+                            special_tokens: &[],
+                            extra: &extra,
+                            now,
+                        })
+                        .expect("renders");
+                    assert_eq!(out, format!("{}-01-01 {:02}:00|{n}", 2020 + n, n));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("thread");
+    }
+}
+
+#[test]
+fn request_json_keeps_numbers_and_order() {
+    let messages: Value = serde_json::from_str(
+        r#"[{"z": 1.0, "a": 1, "m": 1e-5, "b": 18446744073709551615, "n": -9223372036854775808, "f": 2.5e-8, "big": 1e16}]"#,
+    )
+    .expect("json");
+    let tmpl = ChatTemplate::new("{{ messages[0] }}|{{ messages[0]|tojson }}").expect("compiles");
+    assert_eq!(
+        tmpl.render(&simple_ctx(&messages, &Map::new(), &[])).expect("renders"),
+        "{'z': 1.0, 'a': 1, 'm': 1e-05, 'b': 18446744073709551615, 'n': -9223372036854775808, 'f': 2.5e-08, 'big': 1e+16}|\
+         {\"z\": 1.0, \"a\": 1, \"m\": 1e-05, \"b\": 18446744073709551615, \"n\": -9223372036854775808, \"f\": 2.5e-08, \"big\": 1e+16}"
+    );
+}
+
+#[test]
+fn deeply_nested_request_json_is_refused_not_overflowed() {
+    let mut v = Value::Null;
+    for _ in 0..2000 {
+        v = Value::Array(vec![v]);
+    }
+    let messages = Value::Array(vec![v]);
+    let tmpl = ChatTemplate::new("{{ messages|length }}").expect("compiles");
+    assert!(tmpl
+        .render(&simple_ctx(&messages, &Map::new(), &[]))
+        .is_err());
+    // serde_json's drop of such a value is itself recursive; keep it shallow-ish
+    std::mem::forget(messages);
+}
+
+#[test]
+fn self_nesting_values_raise_instead_of_overflowing() {
+    // Jinja2 prints 900 levels and raises RecursionError at 1000.
+    for (depth, ok) in [(900, true), (1100, false)] {
+        for filter in ["", "|tojson", "|string"] {
+            let src = format!(
+                "{{% set ns = namespace(x=[]) %}}{{% for i in range({depth}) %}}{{% set ns.x = [ns.x] %}}{{% endfor %}}{{{{ ns.x{filter} }}}}"
+            );
+            let tmpl = ChatTemplate::new(&src).expect("compiles");
+            let got = tmpl.render(&simple_ctx(&Value::Array(vec![]), &Map::new(), &[]));
+            assert_eq!(got.is_ok(), ok, "{depth}{filter}: {got:?}");
+            if let Ok(text) = got {
+                assert_eq!(text.len(), 2 * depth + 2);
+            }
+        }
+    }
+}

@@ -210,6 +210,13 @@ SNIPPETS = [
     "{% if i == 42 %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}",
     "{{ raise_exception(5) }}",
     "{{ strftime_now(5) }}",
+    # --- source normalisation
+    "a{% generation %}b{% endgeneration %}c",
+    "{%- generation -%}\n x \n{%- endgeneration +%}\ny",
+    "  {% generation %}\n  in\n  {% endgeneration %}\nout",
+    "line1\r\nline2\r{% if true %}\r\nx\r\n{% endif %}\r\nend\r\n",
+    "{{ 'a\r\nb'|length }}|{% set x = '{% generation %}' %}{{ x }}|{{ \"\\r\\n\"|length }}",
+    "{# comment with {{ and %} #}ok{% raw %}{{ '\\U0001F600' }}{% endraw %}",
     # --- second batch: edges
     "x\n",
     "x\n\n",
