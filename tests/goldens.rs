@@ -10,11 +10,15 @@ mod shared;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use prefill_guard::count::{Clock, CountError, ModelCounter, Unit};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+/// The tests here each use every core; run them one at a time so the timing
+/// check measures the counter, not contention.
+static SERIAL: Mutex<()> = Mutex::new(());
 
 struct FixtureResult {
     name: String,
@@ -26,7 +30,9 @@ struct FixtureResult {
 
 /// The goldens pin `strftime_now()` to 2025-01-15 12:00:00.
 fn clock() -> Clock {
-    let t = chrono::NaiveDate::from_ymd_opt(2025, 1, 15).and_then(|d| d.and_hms_opt(12, 0, 0)).expect("valid date");
+    let t = chrono::NaiveDate::from_ymd_opt(2025, 1, 15)
+        .and_then(|d| d.and_hms_opt(12, 0, 0))
+        .expect("valid date");
     Clock::Fixed(t)
 }
 
@@ -36,13 +42,17 @@ fn text_units(endpoint: &str, req: &Value) -> Result<Vec<Unit>, String> {
     fn ids_or_text(v: &Value, key: &str) -> Result<Vec<Unit>, String> {
         match v {
             Value::String(s) => Ok(vec![Unit::Text(s.clone())]),
-            Value::Array(items) if items.iter().all(Value::is_string) => {
-                Ok(items.iter().map(|s| Unit::Text(s.as_str().unwrap_or_default().to_owned())).collect())
+            Value::Array(items) if items.iter().all(Value::is_string) => Ok(items
+                .iter()
+                .map(|s| Unit::Text(s.as_str().unwrap_or_default().to_owned()))
+                .collect()),
+            Value::Array(items) if items.iter().all(Value::is_number) => {
+                Ok(vec![Unit::Ids(items.len())])
             }
-            Value::Array(items) if items.iter().all(Value::is_number) => Ok(vec![Unit::Ids(items.len())]),
-            Value::Array(items) if items.iter().all(Value::is_array) => {
-                Ok(items.iter().map(|row| Unit::Ids(row.as_array().map_or(0, Vec::len))).collect())
-            }
+            Value::Array(items) if items.iter().all(Value::is_array) => Ok(items
+                .iter()
+                .map(|row| Unit::Ids(row.as_array().map_or(0, Vec::len)))
+                .collect()),
             _ => Err(format!("unsupported {key} shape")),
         }
     }
@@ -52,7 +62,9 @@ fn text_units(endpoint: &str, req: &Value) -> Result<Vec<Unit>, String> {
             // `OpenAIServingCompletion._validate_request`: "Prompt cannot be empty".
             let empty = match prompt {
                 Value::String(s) => s.is_empty(),
-                Value::Array(items) => items.is_empty() || items.iter().all(|i| i.as_str() == Some("")),
+                Value::Array(items) => {
+                    items.is_empty() || items.iter().all(|i| i.as_str() == Some(""))
+                }
                 _ => false,
             };
             if empty {
@@ -88,7 +100,13 @@ fn describe(e: &CountError) -> String {
 }
 
 fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
-    let mut res = FixtureResult { name: name.to_owned(), matched: 0, total: 0, skipped: 0, mismatches: Vec::new() };
+    let mut res = FixtureResult {
+        name: name.to_owned(),
+        matched: 0,
+        total: 0,
+        skipped: 0,
+        mismatches: Vec::new(),
+    };
     let counter = match ModelCounter::load(&shared.join("tokenizers").join(name)) {
         Ok(c) => c,
         Err(e) => {
@@ -100,7 +118,8 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
     let text = match std::fs::read_to_string(&lines_path) {
         Ok(t) => t,
         Err(e) => {
-            res.mismatches.push(format!("{name}: cannot read {}: {e}", lines_path.display()));
+            res.mismatches
+                .push(format!("{name}: cannot read {}: {e}", lines_path.display()));
             return res;
         }
     };
@@ -115,11 +134,20 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
         };
         let case = golden["case"].as_str().unwrap_or("?").to_owned();
         let endpoint = golden["endpoint"].as_str().unwrap_or("?");
-        let case_path = shared.join("goldens").join("cases").join(format!("{case}.json"));
-        let request = match std::fs::read_to_string(&case_path).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok()) {
+        let case_path = shared
+            .join("goldens")
+            .join("cases")
+            .join(format!("{case}.json"));
+        let request = match std::fs::read_to_string(&case_path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        {
             Some(c) => c["request"].clone(),
             None => {
-                res.mismatches.push(format!("{name}/{case}: cannot read {}", case_path.display()));
+                res.mismatches.push(format!(
+                    "{name}/{case}: cannot read {}",
+                    case_path.display()
+                ));
                 continue;
             }
         };
@@ -146,13 +174,17 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
                 let got = counter.count(&Unit::Chat(Arc::new(request.clone())), clock);
                 match (got, expected.as_u64()) {
                     (Ok(n), Some(want)) if n as u64 == want => {}
-                    (Ok(n), Some(want)) => problems.push(format!("[count] {n} tokens, SGLang {want}")),
+                    (Ok(n), Some(want)) => {
+                        problems.push(format!("[count] {n} tokens, SGLang {want}"))
+                    }
                     (Ok(n), None) => problems.push(format!(
                         "[refusal] counted {n}, SGLang refuses: {}",
                         golden["error_sglang"].as_str().unwrap_or("?")
                     )),
                     (Err(_), None) => {}
-                    (Err(e), Some(want)) => problems.push(format!("[count] refused ({}), SGLang {want}", describe(&e))),
+                    (Err(e), Some(want)) => {
+                        problems.push(format!("[count] refused ({}), SGLang {want}", describe(&e)))
+                    }
                 }
             } else if refused && golden.get("error_sglang").is_some() {
                 // Template-only fixture: SGLang's refusal must show in rendering.
@@ -167,16 +199,21 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
             }
         } else if counter.can_count() {
             checked = true;
-            let got: Result<Vec<usize>, String> = text_units(endpoint, &request).and_then(|units| {
-                units.iter().map(|u| counter.count(u, clock).map_err(|e| describe(&e))).collect()
-            });
+            let got: Result<Vec<usize>, String> =
+                text_units(endpoint, &request).and_then(|units| {
+                    units
+                        .iter()
+                        .map(|u| counter.count(u, clock).map_err(|e| describe(&e)))
+                        .collect()
+                });
             let want: Option<Vec<u64>> = match expected {
                 Value::Number(n) => n.as_u64().map(|n| vec![n]),
                 Value::Array(items) => items.iter().map(Value::as_u64).collect(),
                 _ => None,
             };
             match (got, want) {
-                (Ok(g), Some(w)) if g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| *a as u64 == *b) => {}
+                (Ok(g), Some(w))
+                    if g.len() == w.len() && g.iter().zip(&w).all(|(a, b)| *a as u64 == *b) => {}
                 (Ok(g), Some(w)) => problems.push(format!("[count] {g:?} tokens, SGLang {w:?}")),
                 (Ok(g), None) => problems.push(format!("[refusal] counted {g:?}, SGLang refuses")),
                 (Err(_), None) => {}
@@ -192,7 +229,10 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
         if problems.is_empty() {
             res.matched += 1;
         } else {
-            res.mismatches.push(format!("{name}/{case} ({endpoint}): {}", problems.join("; ")));
+            res.mismatches.push(format!(
+                "{name}/{case} ({endpoint}): {}",
+                problems.join("; ")
+            ));
         }
     }
     res
@@ -204,7 +244,9 @@ fn fixtures(shared: &Path) -> Vec<String> {
             rd.filter_map(Result::ok)
                 .filter(|e| e.path().is_dir())
                 .map(|e| {
-                    let size = std::fs::metadata(e.path().join("tokenizer.json")).map(|m| m.len()).unwrap_or(0);
+                    let size = std::fs::metadata(e.path().join("tokenizer.json"))
+                        .map(|m| m.len())
+                        .unwrap_or(0);
                     (size, e.file_name().to_string_lossy().into_owned())
                 })
                 .collect()
@@ -217,10 +259,19 @@ fn fixtures(shared: &Path) -> Vec<String> {
 
 #[test]
 fn counts_match_sglang() {
-    let Some(shared) = shared::shared_dir() else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
     let names = fixtures(&shared);
-    assert!(!names.is_empty(), "no fixtures under {}", shared.join("tokenizers").display());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 4);
+    assert!(
+        !names.is_empty(),
+        "no fixtures under {}",
+        shared.join("tokenizers").display()
+    );
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4);
     let next = AtomicUsize::new(0);
     let shared_ref: &PathBuf = &shared;
     let mut results: Vec<FixtureResult> = std::thread::scope(|s| {
@@ -237,14 +288,20 @@ fn counts_match_sglang() {
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().expect("fixture worker panicked")).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("fixture worker panicked"))
+            .collect()
     });
     results.sort_by(|a, b| a.name.cmp(&b.name));
 
     println!("\n{:<14} {:>9} {:>7}", "fixture", "matched", "n/a");
     let (mut matched, mut total) = (0, 0);
     for r in &results {
-        println!("{:<14} {:>4}/{:<4} {:>7}", r.name, r.matched, r.total, r.skipped);
+        println!(
+            "{:<14} {:>4}/{:<4} {:>7}",
+            r.name, r.matched, r.total, r.skipped
+        );
         matched += r.matched;
         total += r.total;
     }
@@ -253,5 +310,74 @@ fn counts_match_sglang() {
     for m in &mismatches {
         println!("MISMATCH {m}");
     }
-    assert!(mismatches.is_empty(), "{} golden mismatches (listed above)", mismatches.len());
+    assert!(
+        mismatches.is_empty(),
+        "{} golden mismatches (listed above)",
+        mismatches.len()
+    );
+}
+
+/// Loader facts the goldens rely on, checked directly so a regression names its cause.
+#[test]
+fn tokenizers_load_as_sglang_does() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
+    let load = |name: &str| {
+        ModelCounter::load(&shared.join("tokenizers").join(name)).expect("fixture loads")
+    };
+    let clock = clock();
+    // DeepSeek-V3: the BOS comes from `add_bos_token` in tokenizer_config.json,
+    // not from tokenizer.json (whose post-processor adds nothing).
+    let ds = load("deepseek-v3");
+    assert_eq!(ds.count(&Unit::Text(String::new()), clock).ok(), Some(1));
+    // Phi-3 under transformers 5.19: Metaspace(prepend_scheme="first"), no
+    // normalizer, so text after a special token gets no "▁" and a leading
+    // space is not doubled.
+    let phi = load("phi-3-mini");
+    assert_eq!(
+        phi.count(&Unit::Text("<|end|>c".into()), clock).ok(),
+        Some(2)
+    );
+    assert_eq!(
+        phi.count(&Unit::Text(" hello world".into()), clock).ok(),
+        Some(2)
+    );
+    // Template-only directory: renders, but cannot count text.
+    let glm = load("glm-4.5");
+    assert!(!glm.can_count());
+    assert!(matches!(
+        glm.count(&Unit::Text("x".into()), clock),
+        Err(CountError::NoTokenizer)
+    ));
+}
+
+/// A 2.5 MB prompt is counted on the request path. Encoding is single-threaded
+/// (about 0.9 s for 840k tokens on one core here); the bound leaves room for a
+/// slower CI core without letting a quadratic regression through.
+#[test]
+fn large_prompt_counts_quickly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
+    let counter =
+        ModelCounter::load(&shared.join("tokenizers").join("qwen3")).expect("fixture loads");
+    let unit = "Prefill guard counts tokens exactly, 12345 times; <|im_start|> 漢字 émoji 🚀.\n";
+    let text = unit.repeat(2_500_000 / unit.len());
+    let body = serde_json::json!({"messages": [{"role": "user", "content": text}]});
+    let started = std::time::Instant::now();
+    let n = counter
+        .count(&Unit::Chat(Arc::new(body)), clock())
+        .expect("counts");
+    let took = started.elapsed();
+    println!("2.5 MB chat prompt: {n} tokens in {took:?}");
+    assert!(n > 500_000);
+    if !cfg!(debug_assertions) {
+        assert!(
+            took < std::time::Duration::from_secs(3),
+            "2.5 MB prompt took {took:?}"
+        );
+    }
 }

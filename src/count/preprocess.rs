@@ -43,7 +43,7 @@ const GENERIC_ROLES: [&str; 7] = [
 pub enum Prepared {
     /// `input_ids` given on the chat route: counted as given, no template.
     Ids(usize),
-    Template(ChatInputs),
+    Template(Box<ChatInputs>),
 }
 
 /// The arguments SGLang passes to `apply_chat_template`.
@@ -101,11 +101,16 @@ fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError 
 pub(crate) fn lax_bool(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if f == 0.0 => Some(false),
-            Some(f) if f == 1.0 => Some(true),
-            _ => None,
-        },
+        Value::Number(n) => {
+            let f = n.as_f64()?;
+            if f == 0.0 {
+                Some(false)
+            } else if f == 1.0 {
+                Some(true)
+            } else {
+                None
+            }
+        }
         Value::String(s) => match s.to_ascii_lowercase().as_str() {
             "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
             "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
@@ -993,13 +998,13 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
     }
     let documents = apply_chat_template_arguments(&mut extra)?;
 
-    Ok(Prepared::Template(ChatInputs {
+    Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
         tools: template_tools,
         documents,
         extra,
         assistant_prefix,
-    }))
+    })))
 }
 
 /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
@@ -1517,7 +1522,7 @@ mod tests {
 
     fn template(body: Value, format: ContentFormat) -> ChatInputs {
         match prepare(&body, format) {
-            Ok(Prepared::Template(t)) => t,
+            Ok(Prepared::Template(t)) => *t,
             other => panic!("expected template inputs, got {other:?}"),
         }
     }
