@@ -241,8 +241,7 @@ fn char_prefix(s: &str, n: i64) -> &str {
     }
 }
 
-fn truncate(state: &State, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let _ = state;
+fn truncate(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let slots = bind(
         "truncate",
         &args.into_values(),

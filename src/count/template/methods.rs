@@ -214,8 +214,7 @@ fn split_args_py(func: &str, args: &[Value]) -> Result<(Option<String>, i64), Er
     Ok((sep, maxsplit))
 }
 
-fn pad(s: &str, width: i64, fill: char, left: usize, right: usize) -> String {
-    let _ = width;
+fn pad(s: &str, fill: char, left: usize, right: usize) -> String {
     let mut out = String::with_capacity(s.len() + (left + right) * fill.len_utf8());
     out.extend(std::iter::repeat_n(fill, left));
     out.push_str(s);
@@ -259,7 +258,7 @@ pub fn center(s: &str, width: i64, fill: char) -> String {
     }
     let marg = width - len;
     let left = marg / 2 + (marg & width & 1);
-    pad(s, width, fill, left as usize, (marg - left) as usize)
+    pad(s, fill, left as usize, (marg - left) as usize)
 }
 
 fn expandtabs(s: &str, tabsize: i64) -> String {
@@ -489,9 +488,9 @@ fn string_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<V
                 let len = s.chars().count() as i64;
                 let n = (width - len).max(0) as usize;
                 Value::from(if method == "ljust" {
-                    pad(s, width, fill, 0, n)
+                    pad(s, fill, 0, n)
                 } else {
-                    pad(s, width, fill, n, 0)
+                    pad(s, fill, n, 0)
                 })
             }
             "zfill" => {

@@ -152,7 +152,7 @@ pub fn percent_format(
             Some(v) => v,
             None => args.next()?,
         };
-        let (sign_ok, body) = match conv {
+        let body = match conv {
             's' | 'r' | 'a' => {
                 let mut s = if conv == 's' {
                     pyrepr::to_str(&v)?
@@ -169,7 +169,7 @@ pub fn percent_format(
                         s.truncate(idx);
                     }
                 }
-                (false, s)
+                s
             }
             'c' => {
                 let s = match v.kind() {
@@ -186,7 +186,7 @@ pub fn percent_format(
                     }
                     _ => return Err(type_error("%c requires int or char")),
                 };
-                (false, s)
+                s
             }
             'd' | 'i' | 'u' | 'o' | 'x' | 'X' => {
                 let n: i128 = match v.kind() {
@@ -256,7 +256,6 @@ pub fn percent_format(
                 ))
             }
         };
-        let _ = sign_ok;
         let len = body.chars().count();
         if width > len {
             let fill = " ".repeat(width - len);

@@ -189,14 +189,14 @@ fn glibc_strftime(fmt: &str, dt: &NaiveDateTime, limit: usize) -> String {
         let any_bad = modifier.is_some();
         let subformat = |spec: &Spec, out: &mut String, sub: &str| {
             let text = glibc_strftime(sub, dt, limit);
-            let mut s2 = Spec {
+            // the whole expansion is padded and upper-cased; `#` has no effect
+            Spec {
                 pad: spec.pad,
                 width: spec.width,
                 upcase: spec.upcase,
                 lowcase: false,
-            };
-            s2.lowcase = false;
-            s2.cpy(out, &text);
+            }
+            .cpy(out, &text);
         };
         match conv {
             Some('%') => spec.cpy(&mut out, "%"),
