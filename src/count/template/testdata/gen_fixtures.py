@@ -120,6 +120,30 @@ CASES = [
             {"role": "user", "content": [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]},
         ],
     }),
+    ("kwargs_types", {
+        "messages": [
+            {"role": "system", "content": "sys"},
+            {"role": "user", "content": "q"},
+        ],
+        "tools": [TOOL],
+        "extra": {"enable_thinking": 0, "thinking": "yes", "reasoning_effort": "low",
+                  "tools_in_user_message": False, "date_string": "26 Jul 2024",
+                  "builtin_tools": ["code_interpreter", "browser"], "model_identity": "You are X.",
+                  "custom_instructions": None},
+    }),
+    ("string_arguments", {
+        "messages": [
+            {"role": "user", "content": "call it"},
+            {"role": "assistant", "content": "sure", "tool_calls": [
+                {"id": "abcdefghi", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Lima\", \"days\": 3}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "abcdefghi", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny."},
+            {"role": "user", "content": "thanks"},
+        ],
+        "tools": [TOOL],
+    }),
     ("bos_override", {
         "messages": [{"role": "user", "content": "x"}],
         "extra": {"bos_token": "", "custom_flag": 0},
