@@ -685,3 +685,50 @@ fn self_nesting_values_raise_instead_of_overflowing() {
         }
     }
 }
+
+/// Seeded random conversations (hostile whitespace, Unicode, odd tool-call
+/// arguments and kwargs) against every fixture template; expected SHA-256 of
+/// transformers' output, or `null` where it raised (`testdata/gen_random.py`).
+#[test]
+fn random_conversations_match_transformers() {
+    use sha2::Digest;
+    let Some(shared) = shared_dir() else { return };
+    let expected: Value =
+        serde_json::from_str(include_str!("testdata/random_expected.json")).expect("expectations");
+    let convs = expected["conversations"].as_array().expect("conversations");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for (name, hashes) in expected["fixtures"].as_object().expect("fixtures") {
+        let dir = shared.join("tokenizers").join(name);
+        let tmpl = ChatTemplate::new(&load_fixture_template(&dir)).expect("compiles");
+        let special = config_special_tokens(&dir);
+        for (i, conv) in convs.iter().enumerate() {
+            let extra = conv
+                .get("extra")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let got = tmpl.render(&RenderContext {
+                messages: &conv["messages"],
+                tools: conv.get("tools"),
+                documents: None,
+                add_generation_prompt: true,
+                special_tokens: &special,
+                extra: &extra,
+                now: fixed_now(),
+            });
+            checked += 1;
+            match (got, hashes[i].as_str()) {
+                (Ok(t), Some(h)) if hex::encode(sha2::Sha256::digest(t.as_bytes())) == h => {}
+                (Err(_), None) => {}
+                (got, want) => failures.push(format!("{name} #{i}: want {want:?}, got {got:?}")),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
