@@ -699,10 +699,3 @@ pub(crate) fn py_truthy(v: &Value) -> bool {
         Value::Object(o) => !o.is_empty(),
     }
 }
-
-impl TextTokenizer {
-    #[doc(hidden)]
-    pub fn inner_json(&self) -> String {
-        self.inner.to_string(false).unwrap_or_default()
-    }
-}
