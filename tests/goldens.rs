@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prefill_guard::count::{Clock, CountError, ModelCounter, Unit};
+use prefill_guard::inspect::{self, json, Route};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -36,54 +37,21 @@ fn clock() -> Clock {
     Clock::Fixed(t)
 }
 
-/// A minimal stand-in for the route extraction of `src/inspect/extract.rs`:
-/// the units SGLang makes of a completions/generate body, or SGLang's refusal.
+/// The units the guard's own request path makes of a body: the strict JSON
+/// reader and the route extraction the proxy uses, so a golden match is a
+/// match of what the proxy would count.
 fn text_units(endpoint: &str, req: &Value) -> Result<Vec<Unit>, String> {
-    fn ids_or_text(v: &Value, key: &str) -> Result<Vec<Unit>, String> {
-        match v {
-            Value::String(s) => Ok(vec![Unit::Text(s.clone())]),
-            Value::Array(items) if items.iter().all(Value::is_string) => Ok(items
-                .iter()
-                .map(|s| Unit::Text(s.as_str().unwrap_or_default().to_owned()))
-                .collect()),
-            Value::Array(items) if items.iter().all(Value::is_number) => {
-                Ok(vec![Unit::Ids(items.len())])
-            }
-            Value::Array(items) if items.iter().all(Value::is_array) => Ok(items
-                .iter()
-                .map(|row| Unit::Ids(row.as_array().map_or(0, Vec::len)))
-                .collect()),
-            _ => Err(format!("unsupported {key} shape")),
-        }
-    }
-    match endpoint {
-        "completions" => {
-            let prompt = req.get("prompt").ok_or("no prompt")?;
-            // `OpenAIServingCompletion._validate_request`: "Prompt cannot be empty".
-            let empty = match prompt {
-                Value::String(s) => s.is_empty(),
-                Value::Array(items) => {
-                    items.is_empty() || items.iter().all(|i| i.as_str() == Some(""))
-                }
-                _ => false,
-            };
-            if empty {
-                return Err("Prompt cannot be empty".into());
-            }
-            ids_or_text(prompt, "prompt")
-        }
-        "generate" => {
-            if let Some(ids) = req.get("input_ids") {
-                if ids.as_array().is_some_and(Vec::is_empty) {
-                    return Err("input_ids cannot be empty".into());
-                }
-                ids_or_text(ids, "input_ids")
-            } else {
-                ids_or_text(req.get("text").ok_or("no text")?, "text")
-            }
-        }
-        other => Err(format!("unknown endpoint {other}")),
-    }
+    let route = match endpoint {
+        "chat" => Route::ChatCompletions,
+        "completions" => Route::Completions,
+        "generate" => Route::Generate,
+        other => return Err(format!("unknown endpoint {other}")),
+    };
+    let body = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    let value = json::parse_strict(&body).map_err(|r| r.to_string())?;
+    inspect::extract(route, Arc::new(value))
+        .map(|p| p.units)
+        .map_err(|r| r.message(Some(route)))
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -171,7 +139,10 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
             }
             if counter.can_count() {
                 checked = true;
-                let got = counter.count(&Unit::Chat(Arc::new(request.clone())), clock);
+                let got = match text_units("chat", &request) {
+                    Ok(units) => counter.count(&units[0], clock),
+                    Err(e) => Err(CountError::invalid(e)),
+                };
                 match (got, expected.as_u64()) {
                     (Ok(n), Some(want)) if n as u64 == want => {}
                     (Ok(n), Some(want)) => {
