@@ -3,8 +3,8 @@
 //!
 //! minijinja-contrib's pycompat covers part of this, with Rust's notion of
 //! whitespace and case and without start/end arguments; everything a chat
-//! template plausibly reaches is implemented here with CPython semantics and
-//! pycompat only serves what is left (`str.format`).
+//! template plausibly reaches is implemented here with CPython semantics;
+//! pycompat only serves what is left.
 
 use minijinja::value::{Tuple, ValueKind};
 use minijinja::{Error, ErrorKind, State, Value};
@@ -553,6 +553,10 @@ fn string_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<V
                     return Err(Error::new(ErrorKind::InvalidOperation, "MemoryError"));
                 }
                 Value::from(expandtabs(s, tabsize))
+            }
+            "format" => {
+                let (pos, kwargs) = super::args::split_args(args.to_vec())?;
+                Value::from(super::pyformat::str_format(s, &pos, kwargs.as_ref())?)
             }
             _ => return Err(unknown()),
         })

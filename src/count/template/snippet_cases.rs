@@ -212,6 +212,23 @@ pub const SNIPPETS: &[(&str, Option<&str>)] = &[
     ("line1\u{d}\nline2\u{d}{% if true %}\u{d}\nx\u{d}\n{% endif %}\u{d}\nend\u{d}\n", Some("line1\nline2\nx\nend")),
     ("{{ 'a\u{d}\nb'|length }}|{% set x = '{% generation %}' %}{{ x }}|{{ \"\\r\\n\"|length }}", Some("3|{% generation %}|2")),
     ("{# comment with {{ and %} #}ok{% raw %}{{ '\\U0001F600' }}{% endraw %}", Some("ok{{ '\\U0001F600' }}")),
+    ("{{ '{:.2f}'.format(3.14159) }}|{{ '{:>5}|'.format('a') }}|{{ '{!r}'.format('x') }}|{{ '{0:03d}'.format(7) }}|{{ '{:,}'.format(1234567) }}|{{ '{}'.format(none) }}|{{ '{}'.format([1, 'a']) }}", Some("3.14|    a||'x'|007|1,234,567|None|[1, 'a']")),
+    ("{{ '{}'.format(1e-5) }}", Some("1e-05")),
+    ("{{ '{:+d}|{: d}|{:x}|{:#X}|{:#b}|{:o}|{:_b}|{:08.3f}|{:<6}|{:^7}|{:*>6}|{:=+8}'.format(5, 5, 255, 255, 5, 8, 255, 3.14159, 'ab', 'mid', 'r', -42) }}", Some("+5| 5|ff|0XFF|0b101|10|1111_1111|0003.142|ab    |  mid  |*****r|-     42")),
+    ("{{ '{:e}|{:.2e}|{:g}|{:.3g}|{:G}|{:%}|{:.1%}|{:.3}|{:.3}|{:.3}|{:10.4}|{:,.2f}|{}'.format(12345.678, 0.000123, 1e-7, 2.5, 1e20, 0.25, 0.123, 1.0, 100.0, 1234.5, 3.14159, 1234567.891, 1e16) }}", Some("1.234568e+04|1.23e-04|1e-07|2.5|1E+20|25.000000%|12.3%|1.0|1e+02|1.23e+03|     3.142|1,234,567.89|1e+16")),
+    ("{{ '{0[a]}|{0[b][1]}|{1.role}|{k[x]}'.format(d, msgs[0], k={'x': 9}) }}|{{ '{:>4}|{:d}|{}|{!r:>6}|{!s}'.format(t, f, none, 'q', [1.0]) }}", Some("None|2|user|9|   1|0|None|   'q'|[1.0]")),
+    ("{{ '{:{w}.{p}f}|{:{}}'.format(3.14159, 7, 'x', w=9, p=2) }}", Some("     3.14|7")),
+    // ValueError: cannot switch from manual field specification to automatic field numbering
+    ("{{ '{} {0}'.format(1) }}", None),
+    // ValueError: Unknown format code 'd' for object of type 'str'
+    ("{{ '{:d}'.format('x') }}", None),
+    // TypeError: unsupported format string passed to NoneType.__format__
+    ("{{ '{:>5}'.format(none) }}", None),
+    // ValueError: Single '{' encountered in format string
+    ("{{ '{'.format(1) }}", None),
+    // ValueError: Single '}' encountered in format string
+    ("{{ 'a}b'.format() }}", None),
+    ("{{ '{{}}{{{}}}'.format(1) }}|{{ '{:05}'.format(-3) }}|{{ '{:05}'.format('s') }}|{{ '{:.0f}'.format(0.5) }}|{{ '{:.0f}'.format(1.5) }}|{{ '{:n}'.format(1234) }}|{{ '{:c}'.format(97) }}", Some("{}{1}|-0003|s0000|0|2|1234|a")),
     ("x\n", Some("x")),
     ("x\n\n", Some("x\n")),
     ("{% if true %}\nx\n{% endif %}\n\n", Some("x\n")),
