@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
 use crate::config::{Config, LogFormat, RawConfig, RawModel};
-use crate::count::{Clock, ModelCounter, Unit};
+use crate::count::{Clock, ModelCounter};
 use crate::errors::Reason;
 use crate::guard::{Guard, Model};
 use crate::hub::{self, HubSettings};
@@ -224,39 +224,11 @@ fn count_file(
         .iter()
         .map(|u| counter.count(u, clock))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(if is_batch(route, &value, &request.units) {
+    Ok(if request.batch {
         json!({ "tokens": counts })
     } else {
         json!({ "tokens": counts[0] })
     })
-}
-
-/// A request is a batch when its prompt field is a list of prompts, even a
-/// list of one: the answer then has one count per element.
-fn is_batch(route: Route, body: &Value, units: &[Unit]) -> bool {
-    let field = match route {
-        Route::ChatCompletions => return false,
-        Route::Completions => &body["prompt"],
-        Route::Generate => ["text", "input_ids", "input_embeds"]
-            .iter()
-            .map(|k| &body[*k])
-            .find(|v| !v.is_null())
-            .unwrap_or(&Value::Null),
-    };
-    match (route, field) {
-        (_, Value::Array(items)) if items.iter().all(Value::is_string) => true,
-        (Route::Generate, Value::Array(items))
-            if matches!(units.first(), Some(Unit::Embeds(_))) =>
-        {
-            items
-                .first()
-                .and_then(|r| r.as_array())
-                .and_then(|r| r.first())
-                .is_some_and(Value::is_array)
-        }
-        (_, Value::Array(items)) => items.first().is_some_and(Value::is_array),
-        _ => false,
-    }
 }
 
 /// `prefill-guard serve`: load every model, bind both listeners, then run

@@ -6,6 +6,7 @@ use http::StatusCode;
 use serde_json::json;
 
 use crate::count::CountError;
+use crate::inspect::routes::ErrorShape;
 use crate::inspect::Route;
 
 /// Why a request is not forwarded. Counting, policy and the adapters all
@@ -126,14 +127,16 @@ impl Reason {
                 // SGLang refuses at `L >= max_req_input_len`, so the largest prompt
                 // that is served is one less; that is the number a client can budget with.
                 let max = limit.saturating_sub(1);
-                match route {
-                    Some(Route::Generate) => format!(
+                let shape = route.map_or(ErrorShape::OpenAi, Route::error_shape);
+                let param = route.map_or("messages", Route::prompt_param);
+                match (shape, param) {
+                    (ErrorShape::Sglang, _) => format!(
                         "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
                          Use a shorter input."
                     ),
-                    Some(Route::Completions) => format!(
-                        "This model's maximum context length is {max} tokens. However, your prompt \
-                         resulted in {tokens} tokens. Please reduce the length of the prompt."
+                    (ErrorShape::OpenAi, p) if p != "messages" => format!(
+                        "This model's maximum context length is {max} tokens. However, your {p} \
+                         resulted in {tokens} tokens. Please reduce the length of the {p}."
                     ),
                     _ => format!(
                         "This model's maximum context length is {max} tokens. However, your messages \
@@ -149,9 +152,9 @@ impl Reason {
     /// `/v1/*` and for routes the guard does not model, SGLang's on `/generate`).
     pub fn body(&self, route: Option<Route>) -> Bytes {
         let message = self.message(route);
-        let value = match route {
-            Some(Route::Generate) => json!({ "error": { "message": message } }),
-            _ => {
+        let value = match route.map_or(ErrorShape::OpenAi, Route::error_shape) {
+            ErrorShape::Sglang => json!({ "error": { "message": message } }),
+            ErrorShape::OpenAi => {
                 let (param, code) = match self {
                     Reason::TooLong { .. } => (route.map(Route::prompt_param), self.label()),
                     Reason::InvalidRequest { param, .. } => (*param, self.label()),

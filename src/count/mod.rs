@@ -28,6 +28,22 @@ pub enum Unit {
     Ids(usize),
     /// `input_embeds`: one token per vector.
     Embeds(usize),
+    /// A cross-encoder pair, `tokenizer([[a, b]])`: both texts plus whatever
+    /// the post-processor's pair template adds.
+    Pair(String, String),
+    /// One sequence assembled from separately encoded pieces (`/v1/score`).
+    Joined(Vec<Piece>),
+}
+
+/// Part of a [`Unit::Joined`] sequence.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    Text {
+        text: String,
+        add_special_tokens: bool,
+    },
+    /// Ids given by the client, or tokens SGLang inserts (delimiters).
+    Tokens(usize),
 }
 
 /// Why a unit could not be counted. Each of these is a refusal: the guard
@@ -80,6 +96,9 @@ pub struct ModelCounter {
     template: Result<ChatTemplate, String>,
     /// transformers 5.19's `special_tokens_map`, spread into the template variables.
     special_tokens: Vec<(String, String)>,
+    /// A Qwen3(-VL) reranker template: SGLang then scores rerank requests through
+    /// a prompt it renders itself rather than cross-encoder pairs.
+    decoder_reranker: bool,
 }
 
 // The counter is shared across request handlers.
@@ -118,7 +137,9 @@ impl ModelCounter {
                     .unwrap_or(TokenizerClass::Backend),
             ),
         };
-        let template = match chat_template_source(dir, &config)? {
+        let source = chat_template_source(dir, &config)?;
+        let decoder_reranker = source.as_deref().is_some_and(is_decoder_reranker_template);
+        let template = match source {
             Some(source) => ChatTemplate::new(&source)
                 .map_err(|e| format!("chat template does not compile: {e}")),
             None => Err("this model has no chat template".to_owned()),
@@ -127,6 +148,7 @@ impl ModelCounter {
             tokenizer,
             template,
             special_tokens,
+            decoder_reranker,
         })
     }
 
@@ -141,6 +163,21 @@ impl ModelCounter {
             // `tokenizer(text)`: default `add_special_tokens=True`.
             Unit::Text(text) => self.tokenizer()?.encode_len(text, true),
             Unit::Chat(body) => self.count_chat(body, clock),
+            Unit::Pair(_, _) if self.decoder_reranker => Err(CountError::Unsupported(
+                "rerank on a decoder reranker (Qwen3 reranker template) is not modelled by the guard"
+                    .into(),
+            )),
+            Unit::Pair(a, b) => self.tokenizer()?.encode_pair_len(a, b),
+            Unit::Joined(pieces) => pieces.iter().try_fold(0usize, |sum, piece| {
+                Ok(sum
+                    + match piece {
+                        Piece::Tokens(n) => *n,
+                        Piece::Text {
+                            text,
+                            add_special_tokens,
+                        } => self.tokenizer()?.encode_len(text, *add_special_tokens)?,
+                    })
+            }),
         }
     }
 
@@ -252,3 +289,10 @@ fn chat_template_source(dir: &Path, config: &TokenizerConfig) -> Result<Option<S
         _ => None,
     })
 }
+/// `serving_rerank.py::_is_qwen3_reranker_template` (the VL variant contains it).
+fn is_decoder_reranker_template(source: &str) -> bool {
+    let t = source.to_lowercase();
+    t.contains("answer can only be \"yes\" or \"no\"")
+        || (t.contains("answer can only be") && t.contains("\"yes\"") && t.contains("\"no\""))
+}
+

@@ -571,6 +571,15 @@ impl TextTokenizer {
             .map_err(|e| CountError::Tokenizer(e.to_string()))
     }
 
+    /// `tokenizer([[a, b]])` as SGLang's cross-encoder path calls it: default
+    /// special tokens, the post-processor's pair template.
+    pub fn encode_pair_len(&self, a: &str, b: &str) -> Result<usize, CountError> {
+        self.inner
+            .encode_fast((a, b), true)
+            .map(|e| e.len())
+            .map_err(|e| CountError::Tokenizer(e.to_string()))
+    }
+
     pub fn encode_ids(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, CountError> {
         self.inner
             .encode_fast(text, add_special_tokens)

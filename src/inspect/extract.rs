@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Route;
-use crate::count::Unit;
+use crate::count::{Piece, Unit};
 use crate::errors::Reason;
 
 /// A request reduced to what counting needs.
@@ -19,6 +19,9 @@ pub struct PromptRequest {
     pub model: Option<String>,
     /// One unit per sequence SGLang would build; a batch has several.
     pub units: Vec<Unit>,
+    /// Whether the prompt field was a list of prompts (even of one): the
+    /// `count` command then answers with one count per element.
+    pub batch: bool,
 }
 
 pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> {
@@ -33,13 +36,49 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
     let units = match route {
         Route::ChatCompletions => vec![Unit::Chat(body.clone())],
         Route::Completions => completions_units(obj.get("prompt"))?,
-        Route::Generate => generate_units(obj)?,
+        Route::Generate => generate_units(obj, true)?,
+        Route::Classify | Route::Encode => generate_units(obj, false)?,
+        Route::Embeddings | Route::ClassifyV1 => openai_input_units(route, obj.get("input"))?,
+        Route::Rerank => rerank_units(obj)?,
+        Route::Score => score_units(obj)?,
+        Route::VertexGenerate => vertex_units(obj)?,
     };
+    let batch = is_batch(route, obj, &units);
     Ok(PromptRequest {
         route,
         model,
         units,
+        batch,
     })
+}
+
+/// A request is a batch when its prompt field is a list of prompts, even a
+/// list of one; rerank, score and vertex always answer per item.
+fn is_batch(route: Route, obj: &serde_json::Map<String, Value>, units: &[Unit]) -> bool {
+    let field = match route {
+        Route::ChatCompletions => return false,
+        Route::Rerank | Route::Score | Route::VertexGenerate => return true,
+        Route::Completions => obj.get("prompt"),
+        Route::Embeddings | Route::ClassifyV1 => obj.get("input"),
+        Route::Generate | Route::Classify | Route::Encode => ["text", "input_ids", "input_embeds"]
+            .iter()
+            .find_map(|k| obj.get(*k).filter(|v| !v.is_null())),
+    };
+    let Some(Value::Array(items)) = field else {
+        return false;
+    };
+    if items.iter().all(Value::is_string) {
+        return true;
+    }
+    let first = items.first();
+    match units.first() {
+        // 3-D embeddings are a batch of 2-D sequences.
+        Some(Unit::Embeds(_)) => first
+            .and_then(Value::as_array)
+            .and_then(|r| r.first())
+            .is_some_and(Value::is_array),
+        _ => first.is_some_and(Value::is_array),
+    }
 }
 
 fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Reason {
@@ -110,22 +149,54 @@ fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, 
     ))
 }
 
-/// What pydantic's lax `int` accepts in a token list: integers, whole floats
-/// and booleans. Numeric strings are refused: the guard does not forward
-/// anything whose reading depends on a coercion it would have to guess.
+/// What pydantic's lax `int` accepts in a token list: integers, whole floats,
+/// booleans and integer strings (`["1", 2.0, true]` is three tokens). A
+/// token list's count is its length, so reading an element differently from
+/// SGLang cannot change the count; anything else is refused.
 fn is_token_id(v: &Value) -> bool {
     match v {
         Value::Number(n) => {
             n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
         }
         Value::Bool(_) => true,
+        Value::String(s) => {
+            let t = s.trim();
+            let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        }
         _ => false,
     }
 }
 
-/// `/generate` (`GenerateReqInput`): exactly one of `text`, `input_ids`,
-/// `input_embeds`; inputs whose length is not in the body are refused.
-fn generate_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+/// `input_ids` (`List[int] | List[List[int]]`, lax): one sequence or a batch of rows.
+fn ids_batch(v: &Value, param: &'static str) -> Result<Vec<Unit>, Reason> {
+    let bad = || {
+        invalid(
+            format!("`{param}` must be a non-empty list of token ids or of id lists"),
+            Some(param),
+        )
+    };
+    let items = v.as_array().filter(|i| !i.is_empty()).ok_or_else(bad)?;
+    if items.iter().all(is_token_id) {
+        return Ok(vec![Unit::Ids(items.len())]);
+    }
+    items
+        .iter()
+        .map(|row| match row.as_array() {
+            Some(ids) if !ids.is_empty() && ids.iter().all(is_token_id) => Ok(Unit::Ids(ids.len())),
+            _ => Err(bad()),
+        })
+        .collect()
+}
+
+/// `/generate` (`GenerateReqInput`), and `/encode`, `/classify`
+/// (`EmbeddingReqInput`, no `input_embeds`, but cross-encoder `[a, b]` pairs):
+/// exactly one of `text`, `input_ids`, `input_embeds`; inputs whose length is
+/// not in the body are refused.
+fn generate_units(
+    obj: &serde_json::Map<String, Value>,
+    generation: bool,
+) -> Result<Vec<Unit>, Reason> {
     for field in ["image_data", "video_data", "audio_data"] {
         if obj.get(field).is_some_and(|v| !v.is_null()) {
             return Err(Reason::Unmeasurable(format!(
@@ -151,21 +222,22 @@ fn generate_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Rea
                     .map(|v| Unit::Text(v.as_str().unwrap_or_default().to_owned()))
                     .collect())
             }
+            Value::Array(items)
+                if !generation && !items.is_empty() && items.iter().all(is_text_pair) =>
+            {
+                Ok(items.iter().filter_map(text_pair).collect())
+            }
             _ => Err(invalid(
                 "`text` must be a string or a non-empty list of strings",
                 Some("text"),
             )),
         },
-        ["input_ids"] => match &obj["input_ids"] {
-            Value::Array(items) if !items.is_empty() && !items.iter().any(Value::is_string) => {
-                text_or_ids_batch(items, "input_ids")
-            }
-            _ => Err(invalid(
-                "`input_ids` must be a non-empty list of token ids or of id lists",
-                Some("input_ids"),
-            )),
-        },
-        ["input_embeds"] => embeds_units(&obj["input_embeds"]),
+        ["input_ids"] => ids_batch(&obj["input_ids"], "input_ids"),
+        ["input_embeds"] if generation => embeds_units(&obj["input_embeds"]),
+        ["input_embeds"] => Err(invalid(
+            "`input_embeds` is not accepted on this route",
+            Some("input_embeds"),
+        )),
         [] => Err(invalid(
             "Either text, input_ids or input_embeds should be provided.",
             None,
@@ -205,6 +277,258 @@ fn embeds_units(v: &Value) -> Result<Vec<Unit>, Reason> {
         .collect()
 }
 
+/// `[query, document]`: a cross-encoder pair of `EmbeddingReqInput.text`.
+fn is_text_pair(v: &Value) -> bool {
+    v.as_array()
+        .is_some_and(|p| p.len() == 2 && p.iter().all(Value::is_string))
+}
+
+fn text_pair(v: &Value) -> Option<Unit> {
+    match v.as_array()?.as_slice() {
+        [Value::String(a), Value::String(b)] => Some(Unit::Pair(a.clone(), b.clone())),
+        _ => None,
+    }
+}
+
+/// `EmbeddingRequest.input` / `ClassifyRequest.input`, with
+/// `_validate_request`'s emptiness rules (`serving_embedding.py`,
+/// `serving_classify.py`). The multimodal form of embeddings is rendered
+/// through the chat template with images, so it is refused.
+fn openai_input_units(route: Route, input: Option<&Value>) -> Result<Vec<Unit>, Reason> {
+    let p = Some("input");
+    let blank = |s: &str| s.trim().is_empty();
+    match input {
+        None | Some(Value::Null) => Err(invalid("`input` is required", p)),
+        Some(Value::String(s)) if blank(s) => Err(invalid("Input cannot be empty or whitespace only", p)),
+        Some(Value::String(s)) => Ok(vec![Unit::Text(s.clone())]),
+        Some(Value::Array(items)) if items.is_empty() => Err(invalid("Input cannot be empty", p)),
+        Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+            if let Some(i) = items.iter().position(|v| v.as_str().is_some_and(blank)) {
+                return Err(invalid(format!("Input at index {i} cannot be empty or whitespace only"), p));
+            }
+            Ok(items.iter().filter_map(|v| v.as_str().map(|s| Unit::Text(s.to_owned()))).collect())
+        }
+        Some(Value::Array(items)) if items.iter().all(is_token_id) => Ok(vec![Unit::Ids(items.len())]),
+        Some(Value::Array(items)) if route == Route::Embeddings && items.iter().all(Value::is_array) => {
+            text_or_ids_batch(items, "input")
+        }
+        Some(Value::Array(items)) if route == Route::Embeddings && items.iter().any(Value::is_object) => {
+            Err(Reason::Unmeasurable(
+                "multimodal embedding inputs are refused: they are rendered with images whose token \
+                 length the guard cannot see"
+                    .into(),
+            ))
+        }
+        Some(_) => Err(invalid("`input` must be a string, a list of strings or token ids", p)),
+    }
+}
+
+/// `/v1/rerank` (`serving_rerank.py`): for a cross-encoder, one `[query,
+/// document]` pair per document, each its own sequence. Content given as
+/// parts may carry images and is refused. Models whose template is a Qwen3
+/// reranker prompt are refused when counted (see `ModelCounter`).
+fn rerank_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+    let text = |v: Option<&Value>, field: &'static str| {
+        match v {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(_)) => Err(Reason::Unmeasurable(format!(
+            "`{field}` given as content parts is refused: parts may carry images the guard cannot measure"
+        ))),
+        _ => Err(invalid(format!("`{field}` must be a string"), Some(field))),
+    }
+    };
+    let query = text(obj.get("query"), "query")?;
+    let docs = match obj.get("documents") {
+        Some(Value::Array(d)) if !d.is_empty() => d,
+        _ => {
+            return Err(invalid(
+                "`documents` must be a non-empty list",
+                Some("documents"),
+            ))
+        }
+    };
+    docs.iter()
+        .map(|d| Ok(Unit::Pair(query.clone(), text(Some(d), "documents")?)))
+        .collect()
+}
+
+/// `/v1/score` (`tokenizer_manager_score_mixin.py`). Without multi-item
+/// scoring each item is one sequence, `f"{query}{item}"` (or item first) for
+/// text and `query + item` for ids. Multi-item scoring (a server flag the
+/// guard cannot see) packs everything into one sequence,
+/// `query <d> item1 <d> ... <d>`, so that sequence is counted too: the guard
+/// errs toward the longer reading.
+fn score_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+    for field in [
+        "image_data",
+        "query_embed_overrides",
+        "item_embed_overrides",
+    ] {
+        if obj.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(Reason::Unmeasurable(format!(
+                "`{field}` is refused on /v1/score"
+            )));
+        }
+    }
+    let item_first = lax_bool(obj.get("item_first"), "item_first")?;
+    let items: Vec<&Value> = match obj.get("items") {
+        Some(Value::String(_)) => vec![&obj["items"]],
+        Some(Value::Array(items)) if !items.is_empty() => items.iter().collect(),
+        _ => {
+            return Err(invalid(
+                "`items` must be a string or a non-empty list",
+                Some("items"),
+            ))
+        }
+    };
+    match obj.get("query") {
+        Some(Value::String(query)) => {
+            let items: Vec<&str> = items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .ok_or_else(|| invalid("text `query` needs text `items`", Some("items")))
+                })
+                .collect::<Result<_, _>>()?;
+            let mut units: Vec<Unit> = items
+                .iter()
+                .map(|item| {
+                    Unit::Text(if item_first {
+                        format!("{item}{query}")
+                    } else {
+                        format!("{query}{item}")
+                    })
+                })
+                .collect();
+            let mut packed = vec![Piece::Text {
+                text: query.clone(),
+                add_special_tokens: true,
+            }];
+            for item in &items {
+                packed.push(Piece::Tokens(1));
+                packed.push(Piece::Text {
+                    text: (*item).to_owned(),
+                    add_special_tokens: false,
+                });
+            }
+            packed.push(Piece::Tokens(1));
+            units.push(Unit::Joined(packed));
+            Ok(units)
+        }
+        Some(Value::Array(query)) if query.iter().all(is_token_id) => {
+            let lens: Vec<usize> = items
+                .iter()
+                .map(|v| match v.as_array() {
+                    Some(ids) if ids.iter().all(is_token_id) => Ok(ids.len()),
+                    _ => Err(invalid(
+                        "token-id `query` needs token-id `items`",
+                        Some("items"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?;
+            let mut units: Vec<Unit> = lens.iter().map(|n| Unit::Ids(query.len() + n)).collect();
+            units.push(Unit::Ids(
+                query.len() + lens.iter().map(|n| n + 1).sum::<usize>() + 1,
+            ));
+            Ok(units)
+        }
+        _ => Err(invalid(
+            "`query` must be a string or a list of token ids",
+            Some("query"),
+        )),
+    }
+}
+
+/// pydantic's lax `bool` (`"yes"`, `"on"`, `1`, ...), refusing anything else.
+fn lax_bool(v: Option<&Value>, field: &'static str) -> Result<bool, Reason> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::Number(n)) if n.as_f64() == Some(1.0) => Ok(true),
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => Ok(false),
+        Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
+            "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),
+            "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
+            _ => Err(invalid(format!("`{field}` must be a boolean"), Some(field))),
+        },
+        Some(_) => Err(invalid(format!("`{field}` must be a boolean"), Some(field))),
+    }
+}
+
+/// `/vertex_generate` (`http_server.py::vertex_generate`): the input key is
+/// whichever of `text`, `input_ids`, `input_embeds` the FIRST instance has a
+/// truthy value for, collected from every instance; `image_data` likewise;
+/// then `parameters` is splatted into the same `GenerateReqInput`. So a
+/// prompt can also arrive through `parameters`: the guard rebuilds the exact
+/// object SGLang builds and counts that, refusing a key given twice.
+fn vertex_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+    let instances = match obj.get("instances") {
+        Some(Value::Array(i)) => i,
+        _ => return Err(invalid("`instances` must be a list", Some("instances"))),
+    };
+    if instances.is_empty() {
+        // SGLang answers `[]` without generating anything.
+        return Ok(Vec::new());
+    }
+    let as_obj = |v: &Value| {
+        v.as_object()
+            .cloned()
+            .ok_or_else(|| invalid("each instance must be an object", Some("instances")))
+    };
+    let first = as_obj(&instances[0])?;
+    let mut merged = serde_json::Map::new();
+    if let Some(key) = ["text", "input_ids", "input_embeds"]
+        .into_iter()
+        .find(|k| first.get(*k).is_some_and(truthy))
+    {
+        let values = instances
+            .iter()
+            .map(|i| as_obj(i).map(|o| o.get(key).cloned().unwrap_or(Value::Null)))
+            .collect::<Result<Vec<_>, _>>()?;
+        merged.insert(key.to_owned(), Value::Array(values));
+    }
+    let images: Vec<Value> = instances
+        .iter()
+        .filter_map(|i| i.get("image_data").filter(|v| !v.is_null()).cloned())
+        .collect();
+    if !images.is_empty() {
+        merged.insert("image_data".into(), Value::Array(images));
+    }
+    match obj.get("parameters") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(params)) => {
+            for (k, v) in params {
+                if merged.contains_key(k) {
+                    return Err(invalid(
+                        format!("`parameters.{k}` repeats an instance field"),
+                        Some("parameters"),
+                    ));
+                }
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        Some(_) => {
+            return Err(invalid(
+                "`parameters` must be an object",
+                Some("parameters"),
+            ))
+        }
+    }
+    generate_units(&merged, true)
+}
+
+/// Python truthiness of a JSON value (`if instance.get(key):`).
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +544,8 @@ mod tests {
                         Unit::Ids(n) => format!("ids:{n}"),
                         Unit::Embeds(n) => format!("embeds:{n}"),
                         Unit::Chat(_) => "chat".into(),
+                        Unit::Pair(a, b) => format!("pair:{}+{}", a.len(), b.len()),
+                        Unit::Joined(pieces) => format!("joined:{}", pieces.len()),
                     })
                     .collect()
             })
@@ -327,5 +653,188 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.model.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn embeddings_and_classify_inputs() {
+        assert_eq!(
+            units(Route::Embeddings, json!({"input": "abc"})).unwrap(),
+            ["text:3"]
+        );
+        assert_eq!(
+            units(Route::Embeddings, json!({"input": ["a", "bc"]})).unwrap(),
+            ["text:1", "text:2"]
+        );
+        assert_eq!(
+            units(Route::Embeddings, json!({"input": [1, 2]})).unwrap(),
+            ["ids:2"]
+        );
+        assert_eq!(
+            units(Route::Embeddings, json!({"input": [[1], [2, 3]]})).unwrap(),
+            ["ids:1", "ids:2"]
+        );
+        assert_eq!(
+            units(Route::ClassifyV1, json!({"input": [5, 6, 7]})).unwrap(),
+            ["ids:3"]
+        );
+        for bad in [
+            json!(""),
+            json!("  "),
+            json!([]),
+            json!(["a", " "]),
+            json!([["a"]]),
+        ] {
+            assert_eq!(
+                units(Route::ClassifyV1, json!({ "input": bad })).unwrap_err(),
+                "invalid_request"
+            );
+        }
+        assert_eq!(
+            units(
+                Route::Embeddings,
+                json!({"input": [{"text": "a", "image": "http://x"}]})
+            )
+            .unwrap_err(),
+            "unmeasurable_content"
+        );
+    }
+
+    #[test]
+    fn encode_takes_cross_encoder_pairs_but_generate_does_not() {
+        let body = json!({"text": [["q", "doc one"], ["q", "d"]]});
+        assert_eq!(
+            units(Route::Encode, body.clone()).unwrap(),
+            ["pair:1+7", "pair:1+1"]
+        );
+        assert_eq!(units(Route::Generate, body).unwrap_err(), "invalid_request");
+        assert_eq!(
+            units(Route::Classify, json!({"input_embeds": [[0.1]]})).unwrap_err(),
+            "invalid_request"
+        );
+    }
+
+    #[test]
+    fn rerank_is_one_pair_per_document() {
+        let body = json!({"query": "q", "documents": ["aa", "bbb"]});
+        assert_eq!(
+            units(Route::Rerank, body).unwrap(),
+            ["pair:1+2", "pair:1+3"]
+        );
+        let parts = json!({"query": [{"type": "text", "text": "q"}], "documents": ["a"]});
+        assert_eq!(
+            units(Route::Rerank, parts).unwrap_err(),
+            "unmeasurable_content"
+        );
+        assert_eq!(
+            units(Route::Rerank, json!({"query": "q", "documents": []})).unwrap_err(),
+            "invalid_request"
+        );
+    }
+
+    #[test]
+    fn score_counts_each_item_and_the_packed_sequence() {
+        let text = json!({"query": "q", "items": ["a", "b", "c"]});
+        assert_eq!(
+            units(Route::Score, text).unwrap(),
+            ["text:2", "text:2", "text:2", "joined:8"]
+        );
+        let ids = json!({"query": [1, 2], "items": [[3], [4, 5]], "item_first": "yes"});
+        // query + item per item; packed: 2 + (1+1) + (1+2) + 1 = 8.
+        assert_eq!(
+            units(Route::Score, ids).unwrap(),
+            ["ids:3", "ids:4", "ids:8"]
+        );
+        assert_eq!(
+            units(Route::Score, json!({"query": "q", "items": [[1]]})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(
+                Route::Score,
+                json!({"query": "q", "items": "a", "item_first": "maybe"})
+            )
+            .unwrap_err(),
+            "invalid_request"
+        );
+    }
+
+    #[test]
+    fn vertex_builds_the_object_sglang_builds() {
+        let body = json!({"instances": [{"text": "ab"}, {"text": "c"}]});
+        assert_eq!(
+            units(Route::VertexGenerate, body).unwrap(),
+            ["text:2", "text:1"]
+        );
+        // An empty first text makes SGLang take the prompt from `parameters`.
+        let via_params =
+            json!({"instances": [{"text": ""}], "parameters": {"input_ids": [1, 2, 3, 4]}});
+        assert_eq!(units(Route::VertexGenerate, via_params).unwrap(), ["ids:4"]);
+        let twice = json!({"instances": [{"text": "a"}], "parameters": {"text": "b"}});
+        assert_eq!(
+            units(Route::VertexGenerate, twice).unwrap_err(),
+            "invalid_request"
+        );
+        let image = json!({"instances": [{"text": "a", "image_data": "x"}]});
+        assert_eq!(
+            units(Route::VertexGenerate, image).unwrap_err(),
+            "unmeasurable_content"
+        );
+        let session =
+            json!({"instances": [{"text": "a"}], "parameters": {"session_params": {"id": "s"}}});
+        assert_eq!(
+            units(Route::VertexGenerate, session).unwrap_err(),
+            "unmeasurable_content"
+        );
+        assert!(units(Route::VertexGenerate, json!({"instances": []}))
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn batch_flag_follows_the_prompt_field() {
+        let batch = |route, body| extract(route, Arc::new(body)).unwrap().batch;
+        assert!(!batch(Route::Completions, json!({"prompt": "a"})));
+        assert!(!batch(Route::Completions, json!({"prompt": [1, 2]})));
+        assert!(batch(Route::Completions, json!({"prompt": ["a"]})));
+        assert!(batch(Route::Generate, json!({"input_ids": [[1]]})));
+        assert!(!batch(
+            Route::Generate,
+            json!({"input_embeds": [[0.1], [0.2]]})
+        ));
+        assert!(batch(Route::Generate, json!({"input_embeds": [[[0.1]]]})));
+        assert!(batch(
+            Route::Rerank,
+            json!({"query": "q", "documents": ["a"]})
+        ));
+    }
+
+    #[test]
+    fn lax_token_ids_as_pydantic_reads_them() {
+        // pydantic's lax ints: three tokens.
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": ["1", 2.0, true]})).unwrap(),
+            ["ids:3"]
+        );
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": ["1", 2.0, true]})).unwrap(),
+            ["ids:3"]
+        );
+        // All strings is a text batch on completions (pydantic's exact match), never ids on /generate.
+        assert_eq!(
+            units(Route::Completions, json!({"prompt": ["1", "2"]})).unwrap(),
+            ["text:1", "text:1"]
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": ["a"]})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": [[1], []]})).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            units(Route::Generate, json!({"input_ids": [1.5]})).unwrap_err(),
+            "invalid_request"
+        );
     }
 }

@@ -10,36 +10,140 @@ pub enum Route {
     ChatCompletions,
     Completions,
     Generate,
+    Embeddings,
+    ClassifyV1,
+    Classify,
+    Encode,
+    Rerank,
+    Score,
+    VertexGenerate,
 }
 
+/// How a route's errors look to its clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// `{"error":{"message","type","param","code"}}`.
+    OpenAi,
+    /// SGLang's native `{"error":{"message"}}` (`http_server.py::_create_error_response`).
+    Sglang,
+}
+
+/// Every inspected route: canonical path, methods SGLang serves it on, the
+/// field a length error points at, and its error shape.
+const ROUTES: &[(Route, &str, &[&str], &str, ErrorShape)] = &[
+    (
+        Route::ChatCompletions,
+        "/v1/chat/completions",
+        &["POST"],
+        "messages",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::Completions,
+        "/v1/completions",
+        &["POST"],
+        "prompt",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::Generate,
+        "/generate",
+        &["POST", "PUT"],
+        "text",
+        ErrorShape::Sglang,
+    ),
+    (
+        Route::Embeddings,
+        "/v1/embeddings",
+        &["POST"],
+        "input",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::ClassifyV1,
+        "/v1/classify",
+        &["POST"],
+        "input",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::Classify,
+        "/classify",
+        &["POST", "PUT"],
+        "text",
+        ErrorShape::Sglang,
+    ),
+    (
+        Route::Encode,
+        "/encode",
+        &["POST", "PUT"],
+        "text",
+        ErrorShape::Sglang,
+    ),
+    (
+        Route::Rerank,
+        "/v1/rerank",
+        &["POST", "PUT"],
+        "documents",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::Score,
+        "/v1/score",
+        &["POST"],
+        "items",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::VertexGenerate,
+        "/vertex_generate",
+        &["POST"],
+        "instances",
+        ErrorShape::Sglang,
+    ),
+];
+
 impl Route {
+    fn entry(
+        self,
+    ) -> &'static (
+        Route,
+        &'static str,
+        &'static [&'static str],
+        &'static str,
+        ErrorShape,
+    ) {
+        ROUTES
+            .iter()
+            .find(|e| e.0 == self)
+            .expect("every route is in ROUTES")
+    }
+
     /// The canonical path forwarded upstream, also the `route` metric label.
     pub fn path(self) -> &'static str {
-        match self {
-            Route::ChatCompletions => "/v1/chat/completions",
-            Route::Completions => "/v1/completions",
-            Route::Generate => "/generate",
-        }
+        self.entry().1
     }
 
     /// The request field a length error points at (OpenAI's `param`).
     pub fn prompt_param(self) -> &'static str {
-        match self {
-            Route::ChatCompletions => "messages",
-            Route::Completions => "prompt",
-            Route::Generate => "text",
-        }
+        self.entry().3
+    }
+
+    pub fn error_shape(self) -> ErrorShape {
+        self.entry().4
     }
 
     /// Routes answered in OpenAI's error envelope.
     pub fn is_openai(self) -> bool {
-        matches!(self, Route::ChatCompletions | Route::Completions)
+        self.error_shape() == ErrorShape::OpenAi
+    }
+
+    fn allows(self, method: &Method) -> bool {
+        self.entry().2.contains(&method.as_str())
     }
 
     pub fn from_path(path: &str) -> Option<Route> {
-        [Route::ChatCompletions, Route::Completions, Route::Generate]
-            .into_iter()
-            .find(|r| r.path() == path)
+        ROUTES.iter().find(|e| e.1 == path).map(|e| e.0)
     }
 }
 
@@ -52,15 +156,25 @@ pub enum RouteClass {
     PassThrough(String),
 }
 
-/// Read-only routes that carry no prompt.
-const PASS_THROUGH: &[&str] = &["/health", "/health_generate", "/v1/models", "/model_info"];
+/// Routes that carry no prompt into generation, passed as they are. The
+/// tokenize routes only tokenize (no KV is allocated), so their bodies are
+/// bounded by the body limit alone.
+const PASS_THROUGH: &[(&str, &[&str])] = &[
+    ("/health", &["GET", "HEAD"]),
+    ("/health_generate", &["GET", "HEAD"]),
+    ("/v1/models", &["GET", "HEAD"]),
+    ("/model_info", &["GET", "HEAD"]),
+    ("/v1/tokenize", &["POST"]),
+    ("/tokenize", &["POST"]),
+    ("/v1/detokenize", &["POST"]),
+    ("/v1/messages/count_tokens", &["POST"]),
+];
 
 /// Classifies a request by method and canonical path (see [`crate::inspect::json`]
 /// for the body side). Everything not modelled is refused: default deny.
 pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Reason> {
     if let Some(route) = Route::from_path(canonical_path) {
-        let allowed = method == Method::POST || (route == Route::Generate && method == Method::PUT);
-        return if allowed {
+        return if route.allows(method) {
             Ok(RouteClass::Inspect(route))
         } else {
             Err(Reason::MethodNotAllowed {
@@ -69,8 +183,8 @@ pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Rea
             })
         };
     }
-    if PASS_THROUGH.contains(&canonical_path) {
-        return if method == Method::GET || method == Method::HEAD {
+    if let Some((_, methods)) = PASS_THROUGH.iter().find(|(p, _)| *p == canonical_path) {
+        return if methods.contains(&method.as_str()) {
             Ok(RouteClass::PassThrough(canonical_path.to_string()))
         } else {
             Err(Reason::MethodNotAllowed {
