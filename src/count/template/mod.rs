@@ -14,6 +14,7 @@ mod detect;
 mod filters;
 mod methods;
 mod pyformat;
+mod pyobj;
 mod pyrepr;
 mod pysort;
 mod source;
@@ -262,18 +263,18 @@ fn to_value(v: &Value, depth: usize) -> Result<minijinja::Value, Error> {
             }
         }
         Value::String(s) => minijinja::Value::from(s.as_str()),
-        Value::Array(items) => minijinja::Value::from(
+        Value::Array(items) => minijinja::Value::from_object(pyobj::PyList(
             items
                 .iter()
                 .map(|x| to_value(x, depth + 1))
                 .collect::<Result<Vec<_>, _>>()?,
-        ),
+        )),
         Value::Object(map) => {
-            let mut pairs = Vec::with_capacity(map.len());
+            let mut pairs = indexmap::IndexMap::with_capacity(map.len());
             for (k, x) in map {
-                pairs.push((minijinja::Value::from(k.as_str()), to_value(x, depth + 1)?));
+                pairs.insert(minijinja::Value::from(k.as_str()), to_value(x, depth + 1)?);
             }
-            minijinja::Value::from_pairs(pairs)
+            minijinja::Value::from_object(pyobj::PyDict(pairs))
         }
     })
 }

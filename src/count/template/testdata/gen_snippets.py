@@ -25,6 +25,7 @@ BASE = {
     "nested": [[1, [2, [3]]], {"k": [{}]}], "empty_l": [], "empty_d": {},
     "html": "<a href='x'>&\"</a>", "path": "/a b/c?d=e&f",
     "uni_key": {"\u00e9": "\u4e2d", "k": "\U0001F600"},
+    "np_list": ["\u200b", "\u00a0", "\x7f", 1e-05, 1e16, -0.0, {"k": "\u2028"}],
     "tool": {"type": "function", "function": {"name": "get_weather", "description": "Get <weather> & stuff", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer", "default": 1.0}}, "required": ["city"]}}},
 }
 
@@ -229,6 +230,7 @@ SNIPPETS = [
     "{{ '{'.format(1) }}",
     "{{ 'a}b'.format() }}",
     "{{ '{{}}{{{}}}'.format(1) }}|{{ '{:05}'.format(-3) }}|{{ '{:05}'.format('s') }}|{{ '{:.0f}'.format(0.5) }}|{{ '{:.0f}'.format(1.5) }}|{{ '{:n}'.format(1234) }}|{{ '{:c}'.format(97) }}",
+    "{{ 'a' ~ lst }}|{{ 'a' ~ d }}|{{ 'a' ~ nested }}|{{ 'a' ~ np_list }}|{{ 'a' ~ msgs[0] }}|{{ 'a' ~ tool }}|{{ [np_list] }}|{{ np_list ~ '' }}",
     # --- second batch: edges
     "x\n",
     "x\n\n",
