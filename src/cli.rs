@@ -1,4 +1,4 @@
-//! The command line: `serve`, `count`, `demo-model`. Every `serve` flag is also
+//! The command line: `serve`, `count`, `audit`, `verify`, `demo-model`. Every `serve` flag is also
 //! a `PREFILL_GUARD_*` variable and a key of the TOML file (`config.rs`).
 
 use std::io::Write;
@@ -12,11 +12,9 @@ use serde_json::{json, Value};
 use crate::config::{Config, LogFormat, RawConfig, RawModel};
 use crate::count::{Clock, ModelCounter};
 use crate::errors::Reason;
-use crate::guard::{Guard, Model};
 use crate::hub::{self, HubSettings};
 use crate::inspect::{self, json as strict_json, Route};
-use crate::policy::Limits;
-use crate::server::App;
+use crate::reload::{ConfigSource, Runtime};
 use tokio::net::TcpListener;
 
 #[derive(Debug, Parser)]
@@ -36,6 +34,10 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Count request bodies offline, one JSON line per file.
     Count(CountArgs),
+    /// Check an SGLang deployment for the PD tenant leak (exit 0 not exposed, 1 exposed, 2 cannot tell).
+    Audit(crate::audit::AuditArgs),
+    /// Compare the guard's counts with the upstream's own /v1/tokenize (exit 1 if the guard ever counts fewer).
+    Verify(crate::verify::VerifyArgs),
     /// Write a tiny self-contained model directory (for the quick start and tests).
     DemoModel {
         /// Directory to create.
@@ -95,6 +97,24 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long, env = "PREFILL_GUARD_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
+    /// A prefill worker to read max_req_input_len from (GET /server_info); repeat for each
+    /// worker. The guard enforces the minimum. The variable takes a comma-separated list.
+    #[arg(
+        long = "prefill-url",
+        env = "PREFILL_GUARD_PREFILL_URLS",
+        value_delimiter = ','
+    )]
+    pub prefill_urls: Vec<String>,
+    /// Milliseconds between discovery polls (default 30000).
+    #[arg(long, env = "PREFILL_GUARD_DISCOVERY_INTERVAL_MS")]
+    pub discovery_interval_ms: Option<u64>,
+    /// Lower max_model_len in GET /v1/models answers to the guard's limit (default true).
+    #[arg(
+        long,
+        env = "PREFILL_GUARD_REWRITE_MODELS_MAX_LEN",
+        value_name = "BOOL"
+    )]
+    pub rewrite_models_max_len: Option<bool>,
 }
 
 impl ServeArgs {
@@ -112,6 +132,9 @@ impl ServeArgs {
             log_format: self.log_format,
             shutdown_grace_secs: self.shutdown_grace_secs,
             safety_margin_tokens: self.safety_margin_tokens,
+            prefill_urls: (!self.prefill_urls.is_empty()).then(|| self.prefill_urls.clone()),
+            discovery_interval_ms: self.discovery_interval_ms,
+            rewrite_models_max_len: self.rewrite_models_max_len,
             model: RawModel {
                 name: self.served_model_name.clone(),
                 tokenizer: self.tokenizer.clone(),
@@ -126,7 +149,15 @@ impl ServeArgs {
     }
 
     pub fn load_config(&self) -> Result<Config, crate::config::ConfigError> {
-        Config::load(self.config.as_ref(), self.overlay())
+        self.config_source().load()
+    }
+
+    /// The file and the overlay, kept so SIGHUP reads the configuration the same way.
+    pub fn config_source(&self) -> ConfigSource {
+        ConfigSource {
+            path: self.config.clone(),
+            overlay: self.overlay(),
+        }
     }
 }
 
@@ -232,45 +263,15 @@ fn count_file(
 }
 
 /// `prefill-guard serve`: load every model, bind both listeners, then run
-/// until SIGTERM or Ctrl-C and drain in-flight requests.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+/// until SIGTERM or Ctrl-C and drain in-flight requests. SIGHUP reloads the
+/// configuration from `source` (see [`crate::reload`]).
+pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     crate::logging::init(config.log_format)?;
-    let mut models = Vec::with_capacity(config.models.len());
-    for m in &config.models {
-        let started = std::time::Instant::now();
-        let counter = load_model(&m.tokenizer, &m.revision).await?;
-        anyhow::ensure!(
-            counter.can_count(),
-            "model `{}`: {} has no tokenizer.json, so its prompts cannot be counted",
-            m.name,
-            m.tokenizer
-        );
-        tracing::info!(
-            model = %m.name,
-            tokenizer = %m.tokenizer,
-            max_req_input_len = m.max_req_input_len,
-            load_ms = started.elapsed().as_millis() as u64,
-            "model loaded"
-        );
-        models.push(Model {
-            name: m.name.clone(),
-            counter: Arc::new(counter),
-        });
-    }
-    let limits = Arc::new(Limits::new(
-        config
-            .models
-            .iter()
-            .map(|m| (m.name.clone(), m.max_req_input_len)),
-    ));
-    let guard = Guard::new(
-        models,
-        limits,
-        config.count_workers,
-        config.count_queue,
-        Clock::Local,
-    );
-    let app = Arc::new(App::new(&config, guard)?);
+    let runtime = Runtime::start(config.clone(), source).await?;
+    // Installed before the listeners announce themselves, so a SIGHUP that
+    // follows the "serving" line reloads instead of terminating the process.
+    #[cfg(unix)]
+    let sighup = runtime.listen_for_sighup()?;
     let proxy = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
@@ -281,9 +282,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         listen = %proxy.local_addr()?,
         admin_listen = %admin.local_addr()?,
         upstream = %config.upstream,
+        prefill_urls = config.prefill_urls.len(),
         "prefill-guard serving"
     );
-    crate::server::run(proxy, admin, app, shutdown_signal()).await?;
+    let served =
+        crate::server::run_swappable(proxy, admin, runtime.apps(), shutdown_signal()).await;
+    #[cfg(unix)]
+    sighup.abort();
+    runtime.stop().await;
+    served?;
     Ok(())
 }
 

@@ -31,6 +31,13 @@ pub struct Config {
     pub log_format: LogFormat,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Prefill workers whose `GET /server_info` gives the limit (discovery).
+    /// Empty: only static limits.
+    pub prefill_urls: Vec<http::Uri>,
+    /// Time between two discovery rounds.
+    pub discovery_interval: Duration,
+    /// Lower `max_model_len` in `GET /v1/models` answers to the guard's limit.
+    pub rewrite_models_max_len: bool,
 }
 
 /// One served model: how to count its prompts and where its limit comes from.
@@ -44,8 +51,12 @@ pub struct ModelConfig {
     pub tokenizer: String,
     /// Hugging Face revision when `tokenizer` is a model id.
     pub revision: String,
-    /// SGLang's `max_req_input_len`: prompts with `L >= limit` are refused.
-    pub max_req_input_len: usize,
+    /// The static limit (SGLang's `max_req_input_len`, safety margin already
+    /// subtracted): prompts with `L >= limit` are refused. `None` when the
+    /// limit comes from discovery only.
+    pub max_req_input_len: Option<usize>,
+    /// Subtracted from a discovered limit (the static one has it subtracted already).
+    pub safety_margin_tokens: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
@@ -73,6 +84,12 @@ pub struct RawConfig {
     pub shutdown_grace_secs: Option<u64>,
     /// Applies to every model that does not set its own.
     pub safety_margin_tokens: Option<usize>,
+    /// Prefill workers to discover the limit from (`GET /server_info`).
+    pub prefill_urls: Option<Vec<String>>,
+    /// Milliseconds between discovery rounds (default 30 s).
+    pub discovery_interval_ms: Option<u64>,
+    /// Lower `max_model_len` in `/v1/models` answers (default on).
+    pub rewrite_models_max_len: Option<bool>,
     /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
     #[serde(flatten)]
     pub model: RawModel,
@@ -103,6 +120,9 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
 pub const DEFAULT_ADMIN_LISTEN: &str = "0.0.0.0:9000";
 /// A 1M-token prompt is about 4 MiB of text; JSON escaping can double it.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// Between discovery rounds: a restart or a memory change on a prefill
+/// worker reaches the guard within this.
+pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
 
 impl RawConfig {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -127,6 +147,9 @@ impl RawConfig {
             log_format: over.log_format.or(self.log_format),
             shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
             safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
+            prefill_urls: over.prefill_urls.or(self.prefill_urls),
+            discovery_interval_ms: over.discovery_interval_ms.or(self.discovery_interval_ms),
+            rewrite_models_max_len: over.rewrite_models_max_len.or(self.rewrite_models_max_len),
             model: RawModel {
                 name: over.model.name.or(self.model.name),
                 tokenizer: over.model.tokenizer.or(self.model.tokenizer),
@@ -159,10 +182,13 @@ impl RawModel {
         self == &RawModel::default()
     }
 
+    /// `discovery`: prefill workers are configured, so a model may go without
+    /// a static limit (it is refused with 503 until discovery succeeds).
     fn resolve(
         &self,
         global_margin: Option<usize>,
         index: usize,
+        discovery: bool,
     ) -> Result<ModelConfig, ConfigError> {
         let tokenizer = self
             .tokenizer
@@ -170,35 +196,54 @@ impl RawModel {
             .ok_or_else(|| ConfigError(format!("model #{index}: `tokenizer` is required")))?;
         let name = self.name.clone().unwrap_or_else(|| tokenizer.clone());
         let base = match (self.max_req_input_len, self.prefill_pool_tokens, self.context_length) {
-            (Some(m), _, _) => m,
-            (None, Some(p), Some(c)) => max_req_input_len_from(c, p).ok_or_else(|| {
+            (Some(m), _, _) => Some(m),
+            (None, Some(p), Some(c)) => Some(max_req_input_len_from(c, p).ok_or_else(|| {
                 ConfigError(format!("model `{name}`: prefill_pool_tokens and context_length are too small"))
-            })?,
+            })?),
             (None, Some(_), None) | (None, None, Some(_)) => {
                 return Err(ConfigError(format!(
                     "model `{name}`: set both prefill_pool_tokens and context_length, or max_req_input_len"
                 )))
             }
+            (None, None, None) if discovery => None,
             (None, None, None) => {
                 return Err(ConfigError(format!(
-                    "model `{name}`: no prompt limit; set max_req_input_len (the prefill server's \
-                     /server_info reports it), or prefill_pool_tokens and context_length"
+                    "model `{name}`: no prompt limit; set prefill_urls (the guard then reads \
+                     max_req_input_len from each prefill worker's /server_info), max_req_input_len, \
+                     or prefill_pool_tokens and context_length"
                 )))
             }
         };
         let margin = self.safety_margin_tokens.or(global_margin).unwrap_or(0);
-        let max_req_input_len = base.checked_sub(margin).filter(|m| *m > 0).ok_or_else(|| {
-            ConfigError(format!(
-                "model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"
-            ))
-        })?;
+        let max_req_input_len = match base {
+            Some(base) => Some(base.checked_sub(margin).filter(|m| *m > 0).ok_or_else(|| {
+                ConfigError(format!(
+                    "model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"
+                ))
+            })?),
+            None => None,
+        };
         Ok(ModelConfig {
             name,
             tokenizer,
             revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
             max_req_input_len,
+            safety_margin_tokens: margin,
         })
     }
+}
+
+/// An `http://host[:port][/path]` base URL (`key` names the setting in errors).
+pub fn http_base_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| ConfigError(format!("{key} `{text}`: {e}")))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(ConfigError(format!(
+            "{key} `{text}` must be an http:// base URL"
+        )));
+    }
+    Ok(uri)
 }
 
 /// SGLang's `max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5`
@@ -217,20 +262,20 @@ impl Config {
             .upstream
             .clone()
             .ok_or_else(|| ConfigError("`upstream` is required".into()))?;
-        let upstream: http::Uri = upstream_text
-            .parse()
-            .map_err(|e| ConfigError(format!("upstream `{upstream_text}`: {e}")))?;
-        if upstream.scheme_str() != Some("http") || upstream.authority().is_none() {
-            return Err(ConfigError(format!(
-                "upstream `{upstream_text}` must be an http:// base URL"
-            )));
-        }
+        let upstream = http_base_url("upstream", &upstream_text)?;
+        let prefill_urls = raw
+            .prefill_urls
+            .iter()
+            .flatten()
+            .map(|u| http_base_url("prefill_urls", u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let discovery = !prefill_urls.is_empty();
         let mut models = Vec::new();
         if !raw.model.is_empty() {
-            models.push(raw.model.resolve(raw.safety_margin_tokens, 0)?);
+            models.push(raw.model.resolve(raw.safety_margin_tokens, 0, discovery)?);
         }
         for (i, m) in raw.models.iter().enumerate() {
-            models.push(m.resolve(raw.safety_margin_tokens, i + models.len())?);
+            models.push(m.resolve(raw.safety_margin_tokens, i + models.len(), discovery)?);
         }
         if models.is_empty() {
             return Err(ConfigError(
@@ -272,6 +317,17 @@ impl Config {
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
+            prefill_urls,
+            discovery_interval: match raw.discovery_interval_ms {
+                Some(0) => {
+                    return Err(ConfigError(
+                        "discovery_interval_ms must be at least 1".into(),
+                    ))
+                }
+                Some(ms) => Duration::from_millis(ms),
+                None => DEFAULT_DISCOVERY_INTERVAL,
+            },
+            rewrite_models_max_len: raw.rewrite_models_max_len.unwrap_or(true),
         })
     }
 
@@ -331,8 +387,42 @@ mod tests {
         };
         let cfg = Config::resolve(file.merge(flags)).unwrap();
         assert_eq!(cfg.max_body_bytes, 7);
-        assert_eq!(cfg.models[0].max_req_input_len, 681_274 - 10);
-        assert_eq!(cfg.models[1].max_req_input_len, 1000);
+        assert_eq!(cfg.models[0].max_req_input_len, Some(681_274 - 10));
+        assert_eq!(cfg.models[1].max_req_input_len, Some(1000));
+        assert_eq!(cfg.models[0].safety_margin_tokens, 10);
+        assert_eq!(cfg.models[1].safety_margin_tokens, 0);
+        assert!(cfg.prefill_urls.is_empty());
+        assert_eq!(cfg.discovery_interval, DEFAULT_DISCOVERY_INTERVAL);
+        assert!(cfg.rewrite_models_max_len);
+    }
+
+    #[test]
+    fn discovery_replaces_the_static_limit_requirement() {
+        let raw = RawConfig::from_toml(
+            "upstream = \"http://127.0.0.1:1\"\ntokenizer = \"t\"\n\
+             prefill_urls = [\"http://127.0.0.1:2\", \"http://127.0.0.1:3/\"]\n\
+             discovery_interval_ms = 250\nrewrite_models_max_len = false\nsafety_margin_tokens = 4\n",
+        )
+        .unwrap();
+        let cfg = Config::resolve(raw).unwrap();
+        assert_eq!(cfg.models[0].max_req_input_len, None);
+        assert_eq!(cfg.models[0].safety_margin_tokens, 4);
+        assert_eq!(cfg.prefill_urls.len(), 2);
+        assert_eq!(cfg.discovery_interval, Duration::from_millis(250));
+        assert!(!cfg.rewrite_models_max_len);
+
+        for bad in ["ftp://x", "127.0.0.1:2", "http://"] {
+            let raw = RawConfig {
+                upstream: Some("http://127.0.0.1:1".into()),
+                prefill_urls: Some(vec![bad.into()]),
+                model: RawModel {
+                    tokenizer: Some("t".into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            assert!(Config::resolve(raw).is_err(), "{bad}");
+        }
     }
 
     #[test]

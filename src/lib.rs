@@ -8,6 +8,7 @@
 //! three together so every adapter shares one decision core.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod cli;
 pub mod config;
 pub mod count;
@@ -20,4 +21,7 @@ pub mod logging;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
+pub mod reload;
 pub mod server;
+pub mod sglang;
+pub mod verify;

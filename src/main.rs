@@ -11,13 +11,22 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => match args.load_config() {
-            Ok(config) => cli::serve(config).await.map(|()| true),
+            Ok(config) => cli::serve(config, args.config_source())
+                .await
+                .map(|()| true),
             Err(e) => {
                 eprintln!("prefill-guard: {e}");
                 return ExitCode::from(EX_USAGE);
             }
         },
         Command::Count(args) => cli::count(&args, &mut std::io::stdout().lock()).await,
+        // These two have exit statuses of their own (0/1/2), documented in their --help.
+        Command::Audit(args) => {
+            return ExitCode::from(prefill_guard::audit::run(&args, &mut std::io::stdout()).await)
+        }
+        Command::Verify(args) => {
+            return ExitCode::from(prefill_guard::verify::run(&args, &mut std::io::stdout()).await)
+        }
         Command::DemoModel { dir } => prefill_guard::demo::write_demo_model(&dir)
             .map(|()| true)
             .map_err(Into::into),

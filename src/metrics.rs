@@ -59,6 +59,23 @@ pub struct Metrics {
     count_seconds: HistogramVec,
     upstream_seconds: HistogramVec,
     in_flight: Arc<AtomicI64>,
+    discovery_errors: CounterVec,
+    limit_changes: CounterVec,
+    reloads: CounterVec,
+}
+
+/// One prefill worker as discovery last saw it, read at scrape time. The
+/// `worker` label is a configured URL, so the label set stays bounded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerSample {
+    pub worker: String,
+    /// The refuse-at value it reported (or its fallback), once it answered.
+    pub max_req_input_len: Option<usize>,
+    pub max_model_len: Option<usize>,
+    /// Unix time of its last good answer.
+    pub last_success_seconds: Option<f64>,
+    /// Its last poll failed: the value above is the last known one, kept.
+    pub stale: bool,
 }
 
 impl Metrics {
@@ -99,7 +116,35 @@ impl Metrics {
                 UPSTREAM_SECONDS_BUCKETS.to_vec(),
             ),
             in_flight: Arc::new(AtomicI64::new(0)),
+            discovery_errors: CounterVec::new(
+                "prefill_guard_discovery_errors_total",
+                "Discovery polls of a prefill worker that failed (the last known value is kept).",
+                &["worker"],
+            ),
+            limit_changes: CounterVec::new(
+                "prefill_guard_limit_changes_total",
+                "Changes of a model's effective limit, the first known value included.",
+                &["model"],
+            ),
+            reloads: CounterVec::new(
+                "prefill_guard_reloads_total",
+                "Configuration reloads (SIGHUP), by outcome: success or failure (the old state kept).",
+                &["outcome"],
+            ),
         }
+    }
+
+    pub fn discovery_error(&self, worker: &str) {
+        self.discovery_errors.inc(&[worker]);
+    }
+
+    pub fn limit_change(&self, model: &str) {
+        self.limit_changes.inc(&[model]);
+    }
+
+    /// `outcome`: `success` or `failure`.
+    pub fn reload(&self, outcome: &'static str) {
+        self.reloads.inc(&[outcome]);
     }
 
     pub fn request(&self, route: &str, model: &str, decision: Decision) {
@@ -138,6 +183,16 @@ impl Metrics {
     /// The text exposition. `limits` are read at scrape time because they may
     /// change while the guard runs (discovery, reload).
     pub fn render(&self, limits: &[(String, usize)]) -> String {
+        self.render_with_workers(limits, &[])
+    }
+
+    /// [`Metrics::render`] plus the prefill workers discovery polls (the
+    /// per-worker gauges appear only when there are workers).
+    pub fn render_with_workers(
+        &self,
+        limits: &[(String, usize)],
+        workers: &[WorkerSample],
+    ) -> String {
         let mut out = String::new();
         self.requests.render(&mut out);
         self.rejections.render(&mut out);
@@ -157,6 +212,12 @@ impl Metrics {
                 "prefill_guard_limit_tokens{} {limit}",
                 labels(&["model"], &[model], None)
             );
+        }
+        self.limit_changes.render(&mut out);
+        self.discovery_errors.render(&mut out);
+        self.reloads.render(&mut out);
+        if !workers.is_empty() {
+            render_workers(&mut out, workers);
         }
         header(
             &mut out,
@@ -181,6 +242,40 @@ impl Metrics {
             labels(&["version"], &[&self.version], None)
         );
         out
+    }
+}
+
+fn render_workers(out: &mut String, workers: &[WorkerSample]) {
+    type Getter = fn(&WorkerSample) -> Option<f64>;
+    let families: [(&str, &str, Getter); 4] = [
+        (
+            "prefill_guard_discovered_max_req_input_len",
+            "The refuse-at value each prefill worker reported (max_req_input_len, or min(C, pool) - 6 without it).",
+            |w| w.max_req_input_len.map(|v| v as f64),
+        ),
+        (
+            "prefill_guard_discovered_max_model_len",
+            "The context length (max_model_len in /v1/models) each prefill worker reported.",
+            |w| w.max_model_len.map(|v| v as f64),
+        ),
+        (
+            "prefill_guard_discovery_last_success_timestamp_seconds",
+            "Unix time of each prefill worker's last good answer.",
+            |w| w.last_success_seconds,
+        ),
+        (
+            "prefill_guard_discovery_stale",
+            "1 while a prefill worker's last poll failed and its last known value is kept.",
+            |w| Some(if w.stale { 1.0 } else { 0.0 }),
+        ),
+    ];
+    for (name, help, get) in families {
+        header(out, name, help, "gauge");
+        for w in workers {
+            if let Some(v) = get(w) {
+                let _ = writeln!(out, "{name}{} {v}", labels(&["worker"], &[&w.worker], None));
+            }
+        }
     }
 }
 
@@ -378,6 +473,47 @@ mod tests {
         assert!(text.contains("prefill_guard_limit_tokens{model=\"m\"} 100\n"));
         assert!(text.contains("prefill_guard_in_flight_requests 1\n"));
         assert!(text.contains("prefill_guard_build_info{version=\"1.2.3\"} 1\n"));
+    }
+
+    #[test]
+    fn renders_discovery_and_reload_families() {
+        let m = Metrics::new("0");
+        m.discovery_error("http://p:1");
+        m.limit_change("m");
+        m.reload("failure");
+        let text = m.render_with_workers(
+            &[],
+            &[
+                WorkerSample {
+                    worker: "http://p:1".into(),
+                    max_req_input_len: Some(284_922),
+                    max_model_len: None,
+                    last_success_seconds: Some(1_700_000_000.5),
+                    stale: true,
+                },
+                WorkerSample {
+                    worker: "http://p:2".into(),
+                    max_req_input_len: None,
+                    max_model_len: None,
+                    last_success_seconds: None,
+                    stale: false,
+                },
+            ],
+        );
+        assert!(text.contains("prefill_guard_discovery_errors_total{worker=\"http://p:1\"} 1\n"));
+        assert!(text.contains("prefill_guard_limit_changes_total{model=\"m\"} 1\n"));
+        assert!(text.contains("prefill_guard_reloads_total{outcome=\"failure\"} 1\n"));
+        assert!(text.contains(
+            "prefill_guard_discovered_max_req_input_len{worker=\"http://p:1\"} 284922\n"
+        ));
+        assert!(!text.contains("prefill_guard_discovered_max_req_input_len{worker=\"http://p:2\"}"));
+        assert!(text.contains(
+            "prefill_guard_discovery_last_success_timestamp_seconds{worker=\"http://p:1\"} 1700000000.5\n"
+        ));
+        assert!(text.contains("prefill_guard_discovery_stale{worker=\"http://p:1\"} 1\n"));
+        assert!(text.contains("prefill_guard_discovery_stale{worker=\"http://p:2\"} 0\n"));
+        // Without workers, no per-worker families at all.
+        assert!(!m.render(&[]).contains("prefill_guard_discovery_stale"));
     }
 
     #[test]

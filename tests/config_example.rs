@@ -30,5 +30,5 @@ fn example_config_is_valid_and_sets_every_key() {
     }
     let cfg = Config::load(Some(&path), RawConfig::default()).unwrap();
     assert_eq!(cfg.models.len(), 1);
-    assert_eq!(cfg.models[0].max_req_input_len, 681_274);
+    assert_eq!(cfg.models[0].max_req_input_len, Some(681_274));
 }

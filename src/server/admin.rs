@@ -18,9 +18,15 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
     }
     match req.uri().path() {
         "/metrics" => {
+            let workers = app
+                .discovery
+                .as_ref()
+                .map(|d| d.samples())
+                .unwrap_or_default();
             let mut r = text(
                 StatusCode::OK,
-                app.metrics.render(&app.guard.limits().snapshot()),
+                app.metrics
+                    .render_with_workers(&app.guard.limits().snapshot(), &workers),
             );
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

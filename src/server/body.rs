@@ -59,7 +59,11 @@ impl ResponseBody {
         }
     }
 
-    pub fn streamed(body: hyper::body::Incoming, in_flight: InFlight) -> Self {
+    /// The upstream's body (or the guard's rewrite of a model listing).
+    pub fn streamed<B>(body: B, in_flight: InFlight) -> Self
+    where
+        B: Body<Data = Bytes, Error = hyper::Error> + Send + Sync + 'static,
+    {
         Self {
             inner: body.boxed(),
             _in_flight: in_flight,

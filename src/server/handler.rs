@@ -49,6 +49,10 @@ pub async fn handle(
 
     let outcome = guard_and_forward(app, client, &request_id, req, &mut rec).await;
     let (response, reason) = match outcome {
+        Ok(upstream) if app.rewrite_models_max_len && rec.is_model_listing(&method) => {
+            let upstream = super::models::clamp_listing(app, upstream).await;
+            (from_upstream(upstream, &request_id, in_flight), None)
+        }
         Ok(upstream) => (from_upstream(upstream, &request_id, in_flight), None),
         Err(reason) => (
             refusal(&reason, rec.route, rec.body_pending, &request_id, in_flight),
@@ -92,6 +96,11 @@ impl Record {
             (None, Some(p)) => p,
             (None, None) => OTHER_ROUTE,
         }
+    }
+
+    /// A `GET /v1/models` the guard passed (its answer may be rewritten).
+    fn is_model_listing(&self, method: &http::Method) -> bool {
+        method == http::Method::GET && self.pass_through.as_deref() == Some("/v1/models")
     }
 
     fn absorb(&mut self, d: &Decision) {
@@ -226,11 +235,14 @@ async fn forward(
     Ok(response)
 }
 
-fn from_upstream(
-    response: Response<Incoming>,
+fn from_upstream<B>(
+    response: Response<B>,
     request_id: &HeaderValue,
     in_flight: InFlight,
-) -> Response<ResponseBody> {
+) -> Response<ResponseBody>
+where
+    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + Sync + 'static,
+{
     let (mut parts, body) = response.into_parts();
     // The version is the client connection's business, not the upstream's
     // (an HTTP/1.0 upstream must not make the guard answer in 1.0).

@@ -5,6 +5,7 @@
 mod admin;
 mod body;
 mod handler;
+mod models;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -25,23 +27,50 @@ use tracing::Instrument;
 use crate::config::{Config, ConfigError};
 use crate::guard::Guard;
 use crate::metrics::Metrics;
+use crate::policy::discovery::Discovery;
 use crate::proxy::{Client, Upstream};
 
 pub use body::ResponseBody;
 
-/// Everything a request needs, shared by every connection.
+/// Everything a request needs, shared by every connection. A reload builds a
+/// new `App` and swaps it in ([`Apps`]); a request keeps the `App` it started
+/// with until its response is done.
 pub struct App {
     pub guard: Guard,
     pub upstream: Upstream,
-    pub metrics: Metrics,
+    /// Shared across reloads, so counters keep counting.
+    pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
     pub shutdown_grace: Duration,
+    /// Lower each model's `max_model_len` in `GET /v1/models` answers to the
+    /// guard's limit.
+    pub rewrite_models_max_len: bool,
+    /// The prefill workers' last answers, for `/metrics` (`None`: static limits only).
+    pub discovery: Option<Arc<Discovery>>,
 }
+
+/// The current [`App`], swapped whole on reload.
+pub type Apps = ArcSwap<App>;
 
 impl App {
     /// The guard is built by the caller (it loads tokenizers); the rest comes
     /// from the configuration.
     pub fn new(config: &Config, guard: Guard) -> Result<Self, ConfigError> {
+        Self::assemble(
+            config,
+            guard,
+            Arc::new(Metrics::new(env!("CARGO_PKG_VERSION"))),
+            None,
+        )
+    }
+
+    /// [`App::new`] with metrics that outlive it (reload) and discovery.
+    pub fn assemble(
+        config: &Config,
+        guard: Guard,
+        metrics: Arc<Metrics>,
+        discovery: Option<Arc<Discovery>>,
+    ) -> Result<Self, ConfigError> {
         let upstream = Upstream::new(
             &config.upstream,
             config.upstream_connect_timeout,
@@ -51,9 +80,11 @@ impl App {
         Ok(Self {
             guard,
             upstream,
-            metrics: Metrics::new(env!("CARGO_PKG_VERSION")),
+            metrics,
             max_body_bytes: config.max_body_bytes,
             shutdown_grace: config.shutdown_grace,
+            rewrite_models_max_len: config.rewrite_models_max_len,
+            discovery,
         })
     }
 }
@@ -67,22 +98,37 @@ pub async fn run(
     app: Arc<App>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    run_swappable(proxy, admin, Arc::new(ArcSwap::new(app)), shutdown).await
+}
+
+/// [`run`] with an `App` that can be replaced while serving (reload): each
+/// request takes the current one when it arrives and keeps it to the end.
+pub async fn run_swappable(
+    proxy: TcpListener,
+    admin: TcpListener,
+    apps: Arc<Apps>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let builder = connection_builder();
     let (mut proxy_conns, mut admin_conns) = (JoinSet::new(), JoinSet::new());
-    let proxy_app = app.clone();
-    let admin_app = app.clone();
+    let proxy_apps = apps.clone();
+    let admin_apps = apps.clone();
     tokio::select! {
-        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer| proxy_service(proxy_app.clone(), peer)) => {}
-        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_| admin_service(admin_app.clone())) => {}
+        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer| proxy_service(proxy_apps.clone(), peer)) => {}
+        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_| admin_service(admin_apps.clone())) => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
     drop((proxy, admin));
-    if tokio::time::timeout(app.shutdown_grace, graceful.shutdown())
+    let grace = apps.load().shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!(grace = ?app.shutdown_grace, "shutdown grace expired; dropping connections still open");
+        tracing::warn!(
+            ?grace,
+            "shutdown grace expired; dropping connections still open"
+        );
     }
     // Dropping the sets aborts whatever did not finish in time.
     Ok(())
@@ -138,7 +184,7 @@ async fn accept<S, B>(
 }
 
 fn proxy_service(
-    app: Arc<App>,
+    apps: Arc<Apps>,
     peer: SocketAddr,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -148,7 +194,9 @@ fn proxy_service(
 > + Send {
     let client = Client { ip: peer.ip() };
     service_fn(move |req| {
-        let app = app.clone();
+        // The state as of this request's arrival; a reload during it does not
+        // change what it is checked and forwarded with.
+        let app = apps.load_full();
         async move {
             let id = crate::proxy::headers::request_id(req.headers());
             let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
@@ -160,7 +208,7 @@ fn proxy_service(
 }
 
 fn admin_service(
-    app: Arc<App>,
+    apps: Arc<Apps>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<http_body_util::Full<bytes::Bytes>>,
@@ -169,7 +217,7 @@ fn admin_service(
                  + Send,
 > + Send {
     service_fn(move |req| {
-        let app = app.clone();
+        let app = apps.load_full();
         async move { Ok(admin::handle(&app, &req)) }
     })
 }

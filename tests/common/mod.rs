@@ -2,6 +2,9 @@
 //! SGLang, also on `127.0.0.1:0`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod live;
+pub mod sglang;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -299,7 +302,8 @@ pub async fn start(opts: Options) -> Guarded {
             name: MODEL.to_string(),
             tokenizer: dir.path().display().to_string(),
             revision: "main".to_string(),
-            max_req_input_len: opts.limit,
+            max_req_input_len: Some(opts.limit),
+            safety_margin_tokens: 0,
         }],
         max_body_bytes: opts.max_body_bytes,
         upstream_connect_timeout: Duration::from_secs(2),
@@ -308,6 +312,9 @@ pub async fn start(opts: Options) -> Guarded {
         count_queue: 16,
         log_format: LogFormat::Human,
         shutdown_grace: opts.shutdown_grace,
+        prefill_urls: Vec::new(),
+        discovery_interval: Duration::from_secs(30),
+        rewrite_models_max_len: true,
     };
     let app = Arc::new(App::new(&config, guard).unwrap());
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

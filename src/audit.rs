@@ -1,0 +1,630 @@
+//! `prefill-guard audit`: the advisory's "am I exposed?" checklist as a
+//! command (sglang-semantics §4, §5, §9). It reads `/server_info`,
+//! `/model_info` and `/v1/models` from the upstream (and from each
+//! `--prefill-url`) and reports, per server: PD mode and transfer backend,
+//! the context length `C` against the prefill pool, the dangerous window
+//! `[max_req_input_len, C - R - 1]`, the SGLang version against the fixes,
+//! `allow_auto_truncate`, and a verdict with its reason.
+//!
+//! Exit status: 0 not exposed, 1 exposed, 2 cannot tell. It describes the
+//! upstream as it is, without the guard in front.
+
+use std::io::Write;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::sglang::{self, Api, ApiError, LimitSource};
+
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// SGLang, or its router, as an http:// base URL.
+    #[arg(long)]
+    pub upstream: String,
+    /// A prefill worker to read directly; repeat for each. Through smg's router,
+    /// /get_server_info describes only the first prefill worker.
+    #[arg(long = "prefill-url")]
+    pub prefill_urls: Vec<String>,
+    /// Print JSON (for scripts) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds each request may take.
+    #[arg(long, default_value_t = 10)]
+    pub timeout_secs: u64,
+}
+
+/// Ordered from best to worst, so the worst of several servers is the `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    NotExposed,
+    CannotTell,
+    Exposed,
+}
+
+impl Verdict {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Verdict::NotExposed => 0,
+            Verdict::Exposed => 1,
+            Verdict::CannotTell => 2,
+        }
+    }
+
+    fn shout(self) -> &'static str {
+        match self {
+            Verdict::NotExposed => "NOT EXPOSED",
+            Verdict::CannotTell => "CANNOT TELL",
+            Verdict::Exposed => "EXPOSED",
+        }
+    }
+}
+
+/// Prompt lengths `first..=last` that pass the front end's context check but
+/// are stubbed by the prefill scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Window {
+    pub first: usize,
+    pub last: usize,
+}
+
+impl Window {
+    /// `[max_req_input_len, C - R - 1]`, if not empty.
+    pub fn new(max_req_input_len: usize, context: usize, reserved: usize) -> Option<Self> {
+        let last = context.checked_sub(reserved)?.checked_sub(1)?;
+        (max_req_input_len <= last).then_some(Window {
+            first: max_req_input_len,
+            last,
+        })
+    }
+
+    pub fn lengths(&self) -> usize {
+        self.last - self.first + 1
+    }
+}
+
+/// What one server said, and what it means.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerReport {
+    pub url: String,
+    /// `upstream` or `prefill`.
+    pub role: &'static str,
+    /// Why `/server_info` could not be read, if it could not.
+    pub error: Option<String>,
+    pub version: Option<String>,
+    pub disaggregation_mode: Option<String>,
+    pub transfer_backend: Option<String>,
+    /// `C`: `max_model_len` from `/v1/models`.
+    pub context_length: Option<usize>,
+    /// The KV pool: `max_total_num_tokens`.
+    pub max_total_num_tokens: Option<usize>,
+    pub max_req_input_len: Option<usize>,
+    pub max_req_input_len_source: Option<LimitSource>,
+    /// `R`: output slots reserved per request (EAGLE speculative decoding).
+    pub reserved_tokens: Option<usize>,
+    pub reserved_tokens_note: String,
+    pub window: Option<Window>,
+    pub allow_auto_truncate: Option<bool>,
+    pub notes: Vec<String>,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub upstream: String,
+    pub servers: Vec<ServerReport>,
+    /// The union of the exposed servers' windows.
+    pub window: Option<Window>,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub exit_code: u8,
+}
+
+/// Runs the audit and prints it; returns the exit status.
+pub async fn run(args: &AuditArgs, out: &mut impl Write) -> u8 {
+    let report = audit(args).await;
+    let printed = if args.json {
+        serde_json::to_string_pretty(&report)
+            .map_err(std::io::Error::other)
+            .and_then(|s| writeln!(out, "{s}"))
+    } else {
+        write_table(&report, out)
+    };
+    if let Err(e) = printed {
+        eprintln!("prefill-guard: cannot print the report: {e}");
+        return Verdict::CannotTell.exit_code();
+    }
+    report.exit_code
+}
+
+pub async fn audit(args: &AuditArgs) -> Report {
+    let timeout = Duration::from_secs(args.timeout_secs.max(1));
+    let api = Api::new(timeout, timeout);
+    let upstream = read_server(&api, &args.upstream, "upstream", None).await;
+    let mut servers = vec![upstream];
+    for url in &args.prefill_urls {
+        let fallback_context = servers[0].context_length;
+        servers.push(read_server(&api, url, "prefill", fallback_context).await);
+    }
+    let judged: Vec<&ServerReport> = if args.prefill_urls.is_empty() {
+        servers.iter().collect()
+    } else {
+        // The prefill workers' own numbers decide; the upstream row is context.
+        servers.iter().filter(|s| s.role == "prefill").collect()
+    };
+    let worst = judged
+        .iter()
+        .max_by_key(|s| s.verdict)
+        .expect("at least one server is judged");
+    let (verdict, reason) = if judged.len() == 1 {
+        (worst.verdict, worst.reason.clone())
+    } else {
+        (worst.verdict, format!("{}: {}", worst.url, worst.reason))
+    };
+    let exposed: Vec<Window> = judged
+        .iter()
+        .filter(|s| s.verdict == Verdict::Exposed)
+        .filter_map(|s| s.window)
+        .collect();
+    let window = (!exposed.is_empty()).then(|| Window {
+        first: exposed.iter().map(|w| w.first).min().unwrap_or(0),
+        last: exposed.iter().map(|w| w.last).max().unwrap_or(0),
+    });
+    Report {
+        upstream: args.upstream.clone(),
+        servers,
+        window,
+        verdict,
+        reason,
+        exit_code: verdict.exit_code(),
+    }
+}
+
+async fn read_server(
+    api: &Api,
+    url: &str,
+    role: &'static str,
+    fallback_context: Option<usize>,
+) -> ServerReport {
+    let info = api.server_info(url).await;
+    let model_info = api.model_info(url).await.ok();
+    let models = api.models(url).await.ok();
+    facts(
+        url,
+        role,
+        info,
+        model_info.as_ref(),
+        models.as_ref(),
+        fallback_context,
+    )
+}
+
+/// The report for one server from its answers (pure, so it is unit-tested).
+pub fn facts(
+    url: &str,
+    role: &'static str,
+    info: Result<Value, ApiError>,
+    model_info: Option<&Value>,
+    models: Option<&Value>,
+    fallback_context: Option<usize>,
+) -> ServerReport {
+    let mut r = ServerReport {
+        url: url.to_string(),
+        role,
+        error: None,
+        version: None,
+        disaggregation_mode: None,
+        transfer_backend: None,
+        context_length: None,
+        max_total_num_tokens: None,
+        max_req_input_len: None,
+        max_req_input_len_source: None,
+        reserved_tokens: None,
+        reserved_tokens_note: String::new(),
+        window: None,
+        allow_auto_truncate: None,
+        notes: Vec::new(),
+        verdict: Verdict::CannotTell,
+        reason: String::new(),
+    };
+    let info = match info {
+        Ok(v) => v,
+        Err(e) => {
+            r.reason = format!("cannot read /server_info: {e}");
+            r.error = Some(e.to_string());
+            return r;
+        }
+    };
+    r.version = sglang::str_field(&info, "version").map(str::to_string);
+    r.disaggregation_mode = sglang::str_field(&info, "disaggregation_mode")
+        .or_else(|| model_info.and_then(|m| m["disaggregation_mode"].as_str()))
+        .map(str::to_string);
+    r.transfer_backend =
+        sglang::str_field(&info, "disaggregation_transfer_backend").map(str::to_string);
+    r.context_length = sglang::context_length(&info, models).or(fallback_context);
+    if models.is_none() {
+        r.notes.push(match r.context_length {
+            Some(_) => {
+                "no /v1/models answer: the context length is the command-line or upstream value"
+                    .into()
+            }
+            None => "no /v1/models answer: the effective context length is unknown".into(),
+        });
+    }
+    r.max_total_num_tokens = sglang::count_field(&info, "max_total_num_tokens");
+    if let Some((m, source)) = sglang::refuse_at(&info, r.context_length) {
+        r.max_req_input_len = Some(m);
+        r.max_req_input_len_source = Some(source);
+    }
+    let (reserved, note) = reserved_tokens(&info);
+    r.reserved_tokens = reserved;
+    r.reserved_tokens_note = note;
+    r.allow_auto_truncate = sglang::bool_field(&info, "allow_auto_truncate");
+    if let (Some(m), Some(c)) = (r.max_req_input_len, r.context_length) {
+        // An unknown R is taken as 0: the widest window, the cautious reading.
+        r.window = Window::new(m, c, reserved.unwrap_or(0));
+    }
+    if role == "upstream" && r.disaggregation_mode.as_deref() == Some("prefill") {
+        r.notes.push(
+            "through smg's router, /get_server_info describes only the first prefill worker: \
+             pass --prefill-url for each prefill worker"
+                .into(),
+        );
+    }
+    let (verdict, reason) = assess(&r);
+    r.verdict = verdict;
+    r.reason = reason;
+    r
+}
+
+/// `compute_num_reserved_tokens()` (sglang-semantics §4): EAGLE stores draft
+/// tokens in output slots, `max(topk * num_steps, num_draft_tokens)`; every
+/// other algorithm reserves nothing.
+fn reserved_tokens(info: &Value) -> (Option<usize>, String) {
+    let Some(algorithm) = sglang::str_field(info, "speculative_algorithm") else {
+        return (Some(0), "no speculative decoding".into());
+    };
+    // NEXTN is resolved to EAGLE by SGLang; both EAGLE variants share the worker.
+    if !["EAGLE", "EAGLE3", "NEXTN"]
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(algorithm))
+    {
+        return (Some(0), format!("{algorithm} reserves no output slots"));
+    }
+    let get = |k| sglang::count_field(info, k);
+    match (
+        get("speculative_eagle_topk"),
+        get("speculative_num_steps"),
+        get("speculative_num_draft_tokens"),
+    ) {
+        (Some(k), Some(s), Some(d)) => (
+            Some((k * s).max(d)),
+            format!("{algorithm}: max(topk {k} x steps {s}, draft tokens {d})"),
+        ),
+        _ => (
+            None,
+            format!("{algorithm}: speculative_eagle_topk, _num_steps or _num_draft_tokens missing; window computed with R = 0"),
+        ),
+    }
+}
+
+/// Which fix a version carries (sglang-semantics §9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fix {
+    /// 0.5.19 and older: an over-long prompt is stubbed and handed to decode.
+    None,
+    /// 0.5.20: retired after its forward pass (#36988).
+    AfterForward,
+    /// 0.5.21 and later: refused at PD admission (#38935).
+    AtAdmission,
+    Unknown(String),
+}
+
+/// `major.minor.patch` and whether it is a pre-release (`rc`, `a`, `b`, `dev`),
+/// which comes *before* its release. `.postN` is a release.
+fn parse_version(text: &str) -> Option<((u64, u64, u64), bool)> {
+    let text = text.trim().trim_start_matches('v');
+    // The release is the leading run of dot-separated numbers.
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (release, rest) = text.split_at(end);
+    let numbers: Vec<u64> = release
+        .trim_end_matches('.')
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    if numbers.len() < 2 {
+        return None;
+    }
+    let at = |i: usize| numbers.get(i).copied().unwrap_or(0);
+    let rest = rest
+        .trim_start_matches(['.', '-', '_'])
+        .to_ascii_lowercase();
+    let pre = ["rc", "a", "b", "dev", "pre"]
+        .iter()
+        .any(|p| rest.starts_with(p));
+    Some(((at(0), at(1), at(2)), pre))
+}
+
+fn fix_of(version: &str) -> Fix {
+    let Some((release, pre)) = parse_version(version) else {
+        return Fix::Unknown(format!("cannot read the version `{version}`"));
+    };
+    const FIXED_AFTER_FORWARD: (u64, u64, u64) = (0, 5, 20);
+    const FIXED_AT_ADMISSION: (u64, u64, u64) = (0, 5, 21);
+    match (release, pre) {
+        (r, false) if r >= FIXED_AT_ADMISSION => Fix::AtAdmission,
+        (r, true) if r > FIXED_AT_ADMISSION => Fix::AtAdmission,
+        // A 0.5.21 pre-release comes after 0.5.20, which has #36988.
+        (r, true) if r == FIXED_AT_ADMISSION => Fix::AfterForward,
+        (r, false) if r >= FIXED_AFTER_FORWARD => Fix::AfterForward,
+        (r, true) if r == FIXED_AFTER_FORWARD => Fix::Unknown(format!(
+            "{version} is a pre-release of 0.5.20 and may predate its fix (#36988)"
+        )),
+        _ => Fix::None,
+    }
+}
+
+fn assess(r: &ServerReport) -> (Verdict, String) {
+    use Verdict::*;
+    let mode = match r.disaggregation_mode.as_deref() {
+        None => return (
+            CannotTell,
+            "no disaggregation_mode in /server_info or /model_info: cannot tell whether PD is on"
+                .into(),
+        ),
+        Some("null") => {
+            return (
+                NotExposed,
+                "not PD-disaggregated: the leak needs a prefill-to-decode handoff".into(),
+            )
+        }
+        Some(m @ ("prefill" | "decode")) => m,
+        Some(other) => return (CannotTell, format!("unknown disaggregation_mode `{other}`")),
+    };
+    if r.allow_auto_truncate == Some(true) {
+        return (
+            CannotTell,
+            "allow_auto_truncate is on with PD: prefill truncates over-long prompts to max_req_input_len \
+             instead of refusing them, and nothing was found that makes decode agree on the length \
+             (sglang-semantics §11.5); no release fixes that path. Turn it off."
+                .into(),
+        );
+    }
+    let Some(version) = r.version.as_deref() else {
+        return (CannotTell, "no version in /server_info".into());
+    };
+    match fix_of(version) {
+        Fix::AtAdmission => (
+            NotExposed,
+            format!("SGLang {version} refuses intake-rejected prompts at PD admission (#38935, 0.5.21)"),
+        ),
+        Fix::AfterForward => (
+            NotExposed,
+            format!(
+                "SGLang {version} retires an aborted prefill after its forward pass (#36988, 0.5.20): \
+                 no leak, but each over-long prompt still costs a prefill forward pass"
+            ),
+        ),
+        Fix::Unknown(why) => (CannotTell, why),
+        Fix::None if mode == "decode" => (
+            CannotTell,
+            format!(
+                "SGLang {version} (no fix) in PD mode, but this is a decode server: the prefill \
+                 servers' max_req_input_len decides the window; audit with --prefill-url"
+            ),
+        ),
+        Fix::None => match (r.max_req_input_len, r.context_length, r.window) {
+            (None, _, _) | (_, None, _) => (
+                CannotTell,
+                format!(
+                    "SGLang {version} (no fix) in PD mode, but max_req_input_len or the context \
+                     length is unknown, so the window cannot be computed"
+                ),
+            ),
+            (Some(m), Some(c), None) => (
+                NotExposed,
+                format!(
+                    "SGLang {version} (no fix) in PD mode, but no prompt length lies in \
+                     [max_req_input_len {m}, C - R - 1] with C = {c}: the front end refuses \
+                     everything the prefill scheduler would"
+                ),
+            ),
+            (_, _, Some(w)) => (
+                Exposed,
+                format!(
+                    "SGLang {version} in PD mode has no fix (0.5.20 and later do): prompts of \
+                     {} to {} tokens pass the front end, are stubbed to one token by the prefill \
+                     scheduler and still handed to decode, which generates from stale KV pages \
+                     (SGLang #30233)",
+                    w.first, w.last
+                ),
+            ),
+        },
+    }
+}
+
+fn write_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    let n = |v: Option<usize>| v.map_or_else(|| "unknown".to_string(), |v| v.to_string());
+    writeln!(out, "prefill-guard audit of {}", report.upstream)?;
+    for s in &report.servers {
+        writeln!(out)?;
+        writeln!(out, "{} ({})", s.url, s.role)?;
+        let mut rows: Vec<(&str, String)> = Vec::new();
+        if let Some(e) = &s.error {
+            rows.push(("error", e.clone()));
+        } else {
+            rows.push((
+                "SGLang version",
+                s.version.clone().unwrap_or("unknown".into()),
+            ));
+            rows.push((
+                "PD mode",
+                match (s.disaggregation_mode.as_deref(), &s.transfer_backend) {
+                    (None, _) => "unknown".into(),
+                    (Some("null"), _) => "off (disaggregation_mode null)".into(),
+                    (Some(m), Some(b)) => format!("{m} (transfer backend {b})"),
+                    (Some(m), None) => m.to_string(),
+                },
+            ));
+            rows.push(("context length C", n(s.context_length)));
+            rows.push(("KV pool (max_total_num_tokens)", n(s.max_total_num_tokens)));
+            rows.push((
+                "max_req_input_len M",
+                match (s.max_req_input_len, s.max_req_input_len_source) {
+                    (Some(m), Some(src)) => format!("{m} ({})", src.describe()),
+                    _ => "unknown".into(),
+                },
+            ));
+            rows.push((
+                "reserved tokens R",
+                format!("{} ({})", n(s.reserved_tokens), s.reserved_tokens_note),
+            ));
+            rows.push((
+                "window [M, C - R - 1]",
+                match s.window {
+                    Some(w) => {
+                        format!("{} to {} ({} prompt lengths)", w.first, w.last, w.lengths())
+                    }
+                    None if s.max_req_input_len.is_some() && s.context_length.is_some() => {
+                        "empty".into()
+                    }
+                    None => "unknown".into(),
+                },
+            ));
+            rows.push((
+                "allow_auto_truncate",
+                s.allow_auto_truncate
+                    .map_or("unknown".into(), |b| b.to_string()),
+            ));
+        }
+        rows.push(("verdict", format!("{}: {}", s.verdict.shout(), s.reason)));
+        for note in &s.notes {
+            rows.push(("note", note.clone()));
+        }
+        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in rows {
+            writeln!(out, "  {k:<width$}  {v}")?;
+        }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "verdict: {} (exit {})",
+        report.verdict.shout(),
+        report.exit_code
+    )?;
+    writeln!(out, "{}", report.reason)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn versions() {
+        assert_eq!(parse_version("0.5.19"), Some(((0, 5, 19), false)));
+        assert_eq!(parse_version("0.5.10.post1"), Some(((0, 5, 10), false)));
+        assert_eq!(parse_version("v0.5.21rc1"), Some(((0, 5, 21), true)));
+        assert_eq!(
+            parse_version("0.5.20.dev12+g1234"),
+            Some(((0, 5, 20), true))
+        );
+        assert_eq!(parse_version("0.6"), Some(((0, 6, 0), false)));
+        assert_eq!(parse_version("main"), None);
+        assert_eq!(fix_of("0.5.19"), Fix::None);
+        assert_eq!(fix_of("0.5.10.post1"), Fix::None);
+        assert_eq!(fix_of("0.5.20"), Fix::AfterForward);
+        assert_eq!(fix_of("0.5.20.post2"), Fix::AfterForward);
+        assert!(matches!(fix_of("0.5.20rc0"), Fix::Unknown(_)));
+        assert_eq!(fix_of("0.5.21rc1"), Fix::AfterForward);
+        assert_eq!(fix_of("0.5.21"), Fix::AtAdmission);
+        assert_eq!(fix_of("0.5.23"), Fix::AtAdmission);
+        assert_eq!(fix_of("1.0.0rc1"), Fix::AtAdmission);
+        assert!(matches!(fix_of("nightly"), Fix::Unknown(_)));
+    }
+
+    #[test]
+    fn window_of_the_worked_example() {
+        // SGLang #30233: C = 1048576, pool 284928, M = 284922, R = 0.
+        let w = Window::new(284_922, 1_048_576, 0).unwrap();
+        assert_eq!((w.first, w.last), (284_922, 1_048_575));
+        // P >= C: only the top 6 lengths, unless R eats them.
+        assert_eq!(Window::new(32_762, 32_768, 0).unwrap().lengths(), 6);
+        assert_eq!(Window::new(32_762, 32_768, 6), None);
+    }
+
+    fn report(info: Value) -> ServerReport {
+        let models = json!({"data": [{"id": "m", "max_model_len": 1_048_576}]});
+        facts("http://x", "upstream", Ok(info), None, Some(&models), None)
+    }
+
+    #[test]
+    fn eagle_reserves_slots() {
+        let r = report(
+            json!({"version": "0.5.19", "disaggregation_mode": "prefill",
+            "max_req_input_len": 1_048_570, "speculative_algorithm": "EAGLE",
+            "speculative_eagle_topk": 1, "speculative_num_steps": 3, "speculative_num_draft_tokens": 4}),
+        );
+        assert_eq!(r.reserved_tokens, Some(4));
+        assert_eq!(
+            r.window,
+            Some(Window {
+                first: 1_048_570,
+                last: 1_048_571
+            })
+        );
+        assert_eq!(r.verdict, Verdict::Exposed);
+    }
+
+    #[test]
+    fn verdicts() {
+        let exposed = json!({"version": "0.5.19", "disaggregation_mode": "prefill",
+            "max_total_num_tokens": 284_928, "max_req_input_len": 284_922, "allow_auto_truncate": false});
+        assert_eq!(report(exposed.clone()).verdict, Verdict::Exposed);
+        let mut v = exposed.clone();
+        v["version"] = json!("0.5.21");
+        assert_eq!(report(v).verdict, Verdict::NotExposed);
+        let mut v = exposed.clone();
+        v["disaggregation_mode"] = json!("null");
+        assert_eq!(report(v).verdict, Verdict::NotExposed);
+        let mut v = exposed.clone();
+        v["allow_auto_truncate"] = json!(true);
+        assert_eq!(report(v).verdict, Verdict::CannotTell);
+        let mut v = exposed.clone();
+        v.as_object_mut().unwrap().remove("version");
+        assert_eq!(report(v).verdict, Verdict::CannotTell);
+        let mut v = exposed.clone();
+        v["disaggregation_mode"] = json!("decode");
+        assert_eq!(report(v).verdict, Verdict::CannotTell);
+        // The mode may come from /model_info only.
+        let mut v = exposed;
+        v.as_object_mut().unwrap().remove("disaggregation_mode");
+        let r = facts(
+            "http://x",
+            "upstream",
+            Ok(v),
+            Some(&json!({"disaggregation_mode": "prefill"})),
+            Some(&json!({"data": [{"id": "m", "max_model_len": 1_048_576}]})),
+            None,
+        );
+        assert_eq!(r.verdict, Verdict::Exposed);
+        let down = facts(
+            "http://x",
+            "upstream",
+            Err(ApiError::Transport {
+                url: "http://x/server_info".into(),
+                message: "refused".into(),
+            }),
+            None,
+            None,
+            None,
+        );
+        assert_eq!(down.verdict, Verdict::CannotTell);
+    }
+}

@@ -1,0 +1,443 @@
+//! Discovery: the limit comes from the live prefill pool.
+//!
+//! Each listed prefill worker is polled (`GET /server_info`, falling back to
+//! `/get_server_info`; `GET /v1/models` for the context length) every
+//! `discovery_interval`. A model's effective limit is
+//! `min(min over workers of max_req_input_len - safety margin, static limit)`.
+//!
+//! Fail closed, in three rules:
+//! * The minimum is taken only once **every** listed worker has answered: a
+//!   worker that never answered could be the smallest, so until then only a
+//!   static limit (if any) applies, and without one the model's requests get
+//!   503 and `/readyz` says not ready.
+//! * A worker that stops answering keeps its last known value (marked stale
+//!   in the metrics): the prefill pool it described has not changed because
+//!   the guard cannot see it.
+//! * A worker without `max_req_input_len` in its answer is counted at
+//!   `min(C, max_total_num_tokens) - 6`, SGLang's own formula, and the log says so.
+//!
+//! Why the workers and not the router: in PD mode smg's `/get_server_info`
+//! proxies only the first prefill worker, so behind a router with prefill
+//! workers of different sizes it reports one of them, not the smallest.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use super::Limits;
+use crate::metrics::{Metrics, WorkerSample};
+use crate::sglang::{self, Api, LimitSource};
+
+/// Where and how often to poll.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Prefill workers' base URLs (`http://host:port`), as configured.
+    pub workers: Vec<String>,
+    pub interval: Duration,
+    pub connect_timeout: Duration,
+    /// Bounds each request of a poll as a whole.
+    pub timeout: Duration,
+}
+
+/// One served model: what discovery combines with the discovered value.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    pub name: String,
+    /// The configured limit, margin already subtracted.
+    pub static_limit: Option<usize>,
+    /// Subtracted from the discovered value.
+    pub margin: usize,
+}
+
+/// What one prefill worker said in its last good answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerInfo {
+    /// The prefill scheduler's refuse-at value.
+    pub max_req_input_len: usize,
+    pub source: LimitSource,
+    pub max_model_len: Option<usize>,
+    pub max_total_num_tokens: Option<usize>,
+    /// The model names it serves (to match workers to models when the guard
+    /// serves several).
+    pub served: Vec<String>,
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct WorkerState {
+    info: Option<WorkerInfo>,
+    last_success: Option<SystemTime>,
+    /// Set while the worker's polls fail.
+    error: Option<String>,
+}
+
+struct Worker {
+    url: String,
+    state: Mutex<WorkerState>,
+}
+
+impl Worker {
+    fn state(&self) -> std::sync::MutexGuard<'_, WorkerState> {
+        // A panic while holding the lock cannot leave a half-written state
+        // (every write is a whole-field assignment).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+pub struct Discovery {
+    workers: Vec<Worker>,
+    models: Vec<ModelSpec>,
+    limits: Arc<Limits>,
+    metrics: Arc<Metrics>,
+    api: Api,
+    interval: Duration,
+    /// One round at a time: the background loop and a reload's own round
+    /// never interleave their writes to `limits`.
+    round: tokio::sync::Mutex<()>,
+}
+
+impl Discovery {
+    /// `previous`: the discovery being replaced (by a reload). Workers it also
+    /// polled keep what they last said, so a reload never forgets a limit.
+    pub fn new(
+        settings: &Settings,
+        models: Vec<ModelSpec>,
+        limits: Arc<Limits>,
+        metrics: Arc<Metrics>,
+        previous: Option<&Discovery>,
+    ) -> Self {
+        let workers = settings
+            .workers
+            .iter()
+            .map(|url| {
+                let inherited = previous
+                    .and_then(|p| p.workers.iter().find(|w| &w.url == url))
+                    .map(|w| w.state().clone())
+                    .unwrap_or_default();
+                Worker {
+                    url: url.clone(),
+                    state: Mutex::new(inherited),
+                }
+            })
+            .collect();
+        let d = Self {
+            workers,
+            models,
+            limits,
+            metrics,
+            api: Api::new(settings.connect_timeout, settings.timeout),
+            interval: settings.interval,
+            round: tokio::sync::Mutex::new(()),
+        };
+        d.apply();
+        d
+    }
+
+    /// Polls every worker once (concurrently), records what each said, and
+    /// updates the limits.
+    pub async fn poll_once(&self) {
+        let _round = self.round.lock().await;
+        let answers =
+            futures_util::future::join_all(self.workers.iter().map(|w| self.fetch(&w.url))).await;
+        for (worker, answer) in self.workers.iter().zip(answers) {
+            self.record(worker, answer);
+        }
+        self.apply();
+    }
+
+    /// Polls now, then every `interval`, until the handle is aborted.
+    pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
+        let d = self.clone();
+        tokio::spawn(async move {
+            loop {
+                d.poll_once().await;
+                tokio::time::sleep(d.interval).await;
+            }
+        })
+    }
+
+    /// Every listed worker has answered at least once.
+    pub fn all_answered(&self) -> bool {
+        self.workers.iter().all(|w| w.state().info.is_some())
+    }
+
+    /// Workers that never answered, with their last error.
+    pub fn unanswered(&self) -> Vec<(String, Option<String>)> {
+        self.workers
+            .iter()
+            .filter_map(|w| {
+                let s = w.state();
+                s.info.is_none().then(|| (w.url.clone(), s.error.clone()))
+            })
+            .collect()
+    }
+
+    /// Per-worker gauges for `/metrics`.
+    pub fn samples(&self) -> Vec<WorkerSample> {
+        self.workers
+            .iter()
+            .map(|w| {
+                let s = w.state();
+                WorkerSample {
+                    worker: w.url.clone(),
+                    max_req_input_len: s.info.as_ref().map(|i| i.max_req_input_len),
+                    max_model_len: s.info.as_ref().and_then(|i| i.max_model_len),
+                    last_success_seconds: s.last_success.map(unix_seconds),
+                    stale: s.info.is_some() && s.error.is_some(),
+                }
+            })
+            .collect()
+    }
+
+    async fn fetch(&self, url: &str) -> Result<WorkerInfo, String> {
+        let info = self.api.server_info(url).await.map_err(|e| e.to_string())?;
+        // `/v1/models` gives the effective context length (for the fallback)
+        // and the served names; an error there only matters when they are needed.
+        let models = self.api.models(url).await;
+        let models_value: Option<&Value> = models.as_ref().ok();
+        let context = sglang::context_length(&info, models_value);
+        let (max_req_input_len, source) = sglang::refuse_at(&info, context).ok_or_else(|| {
+            let why = match &models {
+                Err(e) => format!("the context length is unknown ({e})"),
+                Ok(_) if context.is_none() => "the context length is unknown".to_string(),
+                Ok(_) => "there is no max_total_num_tokens".to_string(),
+            };
+            format!(
+                "{}: no max_req_input_len in the answer, and no fallback: {why}",
+                sglang::join(url, "/server_info")
+            )
+        })?;
+        Ok(WorkerInfo {
+            max_req_input_len,
+            source,
+            max_model_len: context,
+            max_total_num_tokens: sglang::count_field(&info, "max_total_num_tokens"),
+            served: sglang::served_names(&info, models_value),
+            version: sglang::str_field(&info, "version").map(str::to_string),
+        })
+    }
+
+    fn record(&self, worker: &Worker, answer: Result<WorkerInfo, String>) {
+        let mut state = worker.state();
+        match answer {
+            Ok(info) => {
+                if state.info.as_ref() != Some(&info) {
+                    log_new_value(&worker.url, state.info.as_ref(), &info);
+                }
+                if let Some(error) = &state.error {
+                    tracing::info!(worker = %worker.url, previous_error = %error, "prefill worker answers again");
+                }
+                state.info = Some(info);
+                state.last_success = Some(SystemTime::now());
+                state.error = None;
+            }
+            Err(error) => {
+                self.metrics.discovery_error(&worker.url);
+                let kept = state.info.as_ref().map(|i| i.max_req_input_len);
+                // Once per outage at WARN; the repeats would only say the same.
+                if state.error.is_none() {
+                    match kept {
+                        Some(kept) => tracing::warn!(worker = %worker.url, %error, kept,
+                            "discovery poll failed; keeping the last known max_req_input_len (stale)"),
+                        None => tracing::warn!(worker = %worker.url, %error,
+                            "discovery poll failed; no max_req_input_len known for this worker yet"),
+                    }
+                } else {
+                    tracing::debug!(worker = %worker.url, %error, "discovery poll failed again");
+                }
+                state.error = Some(error);
+            }
+        }
+    }
+
+    /// Recomputes every model's effective limit from what the workers said.
+    fn apply(&self) {
+        let infos: Vec<Option<WorkerInfo>> = self
+            .workers
+            .iter()
+            .map(|w| w.state().info.clone())
+            .collect();
+        let all_answered = infos.iter().all(Option::is_some);
+        let single = self.models.len() == 1;
+        for model in &self.models {
+            // With one model every request is counted with it (as a single-model
+            // SGLang does), so every worker's limit applies; with several, a
+            // worker applies to the models it serves.
+            let discovered = all_answered
+                .then(|| {
+                    infos
+                        .iter()
+                        .flatten()
+                        .filter(|i| single || i.served.contains(&model.name))
+                        .map(|i| i.max_req_input_len)
+                        .min()
+                })
+                .flatten();
+            let after_margin = discovered.map(|d| d.saturating_sub(model.margin));
+            let effective = match (after_margin, model.static_limit) {
+                (Some(d), Some(s)) => Some(d.min(s)),
+                (d, s) => d.or(s),
+            };
+            let Some(limit) = effective else { continue };
+            let old = self.limits.get(&model.name);
+            if old != Some(limit) {
+                self.limits.set(&model.name, limit);
+                self.metrics.limit_change(&model.name);
+                tracing::info!(
+                    model = %model.name,
+                    from = old.map_or_else(|| "unknown".to_string(), |o| o.to_string()),
+                    to = limit,
+                    discovered = ?discovered,
+                    static_limit = ?model.static_limit,
+                    safety_margin = model.margin,
+                    "effective limit changed"
+                );
+            }
+        }
+    }
+}
+
+fn log_new_value(url: &str, old: Option<&WorkerInfo>, new: &WorkerInfo) {
+    let from = old.map_or_else(
+        || "unknown".to_string(),
+        |o| o.max_req_input_len.to_string(),
+    );
+    match new.source {
+        LimitSource::Reported => tracing::info!(
+            worker = %url,
+            from,
+            max_req_input_len = new.max_req_input_len,
+            max_model_len = ?new.max_model_len,
+            max_total_num_tokens = ?new.max_total_num_tokens,
+            served = ?new.served,
+            version = ?new.version,
+            "prefill worker limit discovered"
+        ),
+        LimitSource::Fallback => tracing::warn!(
+            worker = %url,
+            from,
+            max_req_input_len = new.max_req_input_len,
+            max_model_len = ?new.max_model_len,
+            max_total_num_tokens = ?new.max_total_num_tokens,
+            served = ?new.served,
+            version = ?new.version,
+            "prefill worker limit discovered by the fallback min(C, max_total_num_tokens) - 6: \
+             its /server_info has no max_req_input_len (the pool size can overstate SWA and sharded pools)"
+        ),
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn discovery(models: Vec<ModelSpec>, workers: &[&str]) -> Discovery {
+        let settings = Settings {
+            workers: workers.iter().map(|w| w.to_string()).collect(),
+            interval: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        };
+        Discovery::new(
+            &settings,
+            models,
+            Arc::new(Limits::default()),
+            Arc::new(Metrics::new("0")),
+            None,
+        )
+    }
+
+    fn info(m: usize, served: &[&str]) -> WorkerInfo {
+        WorkerInfo {
+            max_req_input_len: m,
+            source: LimitSource::Reported,
+            max_model_len: None,
+            max_total_num_tokens: None,
+            served: served.iter().map(|s| s.to_string()).collect(),
+            version: None,
+        }
+    }
+
+    fn spec(name: &str, static_limit: Option<usize>, margin: usize) -> ModelSpec {
+        ModelSpec {
+            name: name.into(),
+            static_limit,
+            margin,
+        }
+    }
+
+    #[test]
+    fn minimum_only_once_every_worker_answered() {
+        let d = discovery(vec![spec("m", None, 0)], &["http://a", "http://b"]);
+        d.record(&d.workers[0], Ok(info(100, &[])));
+        d.apply();
+        assert_eq!(d.limits.get("m"), None, "b could be smaller");
+        d.record(&d.workers[1], Ok(info(80, &[])));
+        d.apply();
+        assert_eq!(d.limits.get("m"), Some(80));
+        // A failure keeps the last known value, marked stale.
+        d.record(&d.workers[1], Err("down".into()));
+        d.apply();
+        assert_eq!(d.limits.get("m"), Some(80));
+        let samples = d.samples();
+        assert!(!samples[0].stale && samples[1].stale);
+        assert_eq!(samples[1].max_req_input_len, Some(80));
+    }
+
+    #[test]
+    fn static_limit_and_margin_combine() {
+        let d = discovery(
+            vec![
+                spec("a", Some(50), 10),
+                spec("b", None, 10),
+                spec("c", Some(7), 0),
+            ],
+            &["http://w1", "http://w2"],
+        );
+        // Before discovery: only static limits.
+        assert_eq!(
+            d.limits.snapshot(),
+            [("a".to_string(), 50), ("c".to_string(), 7)]
+        );
+        d.record(&d.workers[0], Ok(info(100, &["a", "b"])));
+        d.record(&d.workers[1], Ok(info(40, &["a"])));
+        d.apply();
+        assert_eq!(d.limits.get("a"), Some(30), "min(40 - 10, 50)");
+        assert_eq!(d.limits.get("b"), Some(90), "w2 does not serve b");
+        assert_eq!(
+            d.limits.get("c"),
+            Some(7),
+            "no worker serves c: static only"
+        );
+    }
+
+    #[test]
+    fn a_replacement_inherits_what_workers_said() {
+        let old = discovery(vec![spec("m", None, 0)], &["http://a", "http://b"]);
+        old.record(&old.workers[0], Ok(info(100, &[])));
+        old.record(&old.workers[1], Ok(info(90, &[])));
+        let settings = Settings {
+            workers: vec!["http://b".into()],
+            interval: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        };
+        let limits = Arc::new(Limits::default());
+        let new = Discovery::new(
+            &settings,
+            vec![spec("m", None, 0)],
+            limits.clone(),
+            Arc::new(Metrics::new("0")),
+            Some(&old),
+        );
+        assert!(new.all_answered());
+        assert_eq!(limits.get("m"), Some(90));
+    }
+}

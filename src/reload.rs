@@ -1,0 +1,300 @@
+//! The running state of `serve`, and reloading it without a restart.
+//!
+//! Everything a request uses lives in one [`App`] (guard with its tokenizers
+//! and limits, upstream client, settings) behind an `ArcSwap`. A reload
+//! (SIGHUP) re-reads the configuration file, loads every tokenizer again,
+//! builds a complete new `App` off to the side and swaps it in with one
+//! pointer store. Requests that started before keep the `App` they took and
+//! finish on it; new requests get the new one. A reload that fails at any step
+//! changes nothing and says why in the log.
+//!
+//! Two things carry over instead of starting fresh: the metrics (counters
+//! keep counting) and what discovery learnt from the prefill workers that are
+//! still listed, so a reload never forgets a known limit. A reload that would
+//! leave a model without a limit it has now (a newly listed worker that does
+//! not answer) is refused, so SIGHUP never turns a ready guard into one that
+//! answers 503.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use arc_swap::ArcSwap;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, ConfigError, RawConfig};
+use crate::count::Clock;
+use crate::guard::{Guard, Model};
+use crate::metrics::Metrics;
+use crate::policy::discovery::{self, Discovery, ModelSpec};
+use crate::policy::Limits;
+use crate::server::{App, Apps};
+
+/// How long one discovery request may take (connect, answer, body).
+const DISCOVERY_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the configuration comes from, so a reload reads it the same way:
+/// the file again, under the flags and variables given at start.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    pub path: Option<PathBuf>,
+    pub overlay: RawConfig,
+}
+
+impl ConfigSource {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.path.as_ref(), self.overlay.clone())
+    }
+}
+
+/// The state `serve` runs on: the current [`App`] and its discovery task.
+pub struct Runtime {
+    apps: Arc<Apps>,
+    metrics: Arc<Metrics>,
+    source: ConfigSource,
+    /// Held for the whole of a reload, so two reloads never interleave.
+    current: tokio::sync::Mutex<Current>,
+}
+
+struct Current {
+    config: Config,
+    discovery: Option<Arc<Discovery>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// A new state, built but not yet serving.
+struct Built {
+    app: Arc<App>,
+    discovery: Option<Arc<Discovery>>,
+}
+
+impl Runtime {
+    /// Loads every model and starts discovery (its first round runs at once,
+    /// in the background: until it succeeds, models without a static limit
+    /// are refused with 503 and `/readyz` says not ready).
+    pub async fn start(config: Config, source: ConfigSource) -> anyhow::Result<Arc<Self>> {
+        let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
+        let built = build(&config, &metrics, None).await?;
+        let task = built.discovery.as_ref().map(Discovery::spawn);
+        Ok(Arc::new(Self {
+            apps: Arc::new(ArcSwap::new(built.app)),
+            metrics,
+            source,
+            current: tokio::sync::Mutex::new(Current {
+                config,
+                discovery: built.discovery,
+                task,
+            }),
+        }))
+    }
+
+    /// What the listeners serve; see [`crate::server::run_swappable`].
+    pub fn apps(&self) -> Arc<Apps> {
+        self.apps.clone()
+    }
+
+    /// The state new requests get.
+    pub fn current(&self) -> Arc<App> {
+        self.apps.load_full()
+    }
+
+    /// Re-reads the configuration and tokenizers and swaps the new state in.
+    /// On failure the running state is kept; the error says why. Both
+    /// outcomes are logged and counted (`prefill_guard_reloads_total`).
+    pub async fn reload(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut current = self.current.lock().await;
+        match self.try_reload(&mut current).await {
+            Ok(()) => {
+                self.metrics.reload("success");
+                let app = self.apps.load();
+                tracing::info!(
+                    took_ms = started.elapsed().as_millis() as u64,
+                    limits = ?app.guard.limits().snapshot(),
+                    "configuration reloaded"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.reload("failure");
+                tracing::error!(error = %format!("{e:#}"), "reload failed; the running configuration is kept");
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_reload(&self, current: &mut Current) -> anyhow::Result<()> {
+        let config = self.source.load()?;
+        warn_restart_only(&current.config, &config);
+        let built = build(&config, &self.metrics, current.discovery.as_deref()).await?;
+        if let Some(d) = &built.discovery {
+            // Newly listed workers have said nothing yet: ask them now rather
+            // than swap in a state that knows less than the running one.
+            if !d.all_answered() {
+                d.poll_once().await;
+            }
+        }
+        let old = self.apps.load();
+        let lost: Vec<String> = built
+            .app
+            .guard
+            .model_names()
+            .filter(|m| old.guard.limits().get(m).is_some())
+            .filter(|m| built.app.guard.limits().get(m).is_none())
+            .map(str::to_string)
+            .collect();
+        if !lost.is_empty() {
+            let pending = built
+                .discovery
+                .as_ref()
+                .map(|d| d.unanswered())
+                .unwrap_or_default();
+            anyhow::bail!(
+                "the new configuration knows no limit for {} (prefill workers that have not answered: {pending:?}); \
+                 keeping the running one rather than refusing their requests",
+                lost.join(", ")
+            );
+        }
+        self.apps.store(built.app);
+        if let Some(t) = current.task.take() {
+            t.abort();
+        }
+        current.task = built.discovery.as_ref().map(Discovery::spawn);
+        current.discovery = built.discovery;
+        current.config = config;
+        Ok(())
+    }
+
+    /// Reloads on every SIGHUP until the task is dropped. The handler is
+    /// installed before this returns, so a SIGHUP sent after `listen_for_sighup`
+    /// can never take the default action (terminating the process).
+    #[cfg(unix)]
+    pub fn listen_for_sighup(self: &Arc<Self>) -> std::io::Result<JoinHandle<()>> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup())?;
+        let rt = self.clone();
+        Ok(tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading the configuration and tokenizers");
+                // The outcome is logged and counted by `reload`.
+                let _ = rt.reload().await;
+            }
+        }))
+    }
+
+    /// Stops discovery (at shutdown).
+    pub async fn stop(&self) {
+        let mut current = self.current.lock().await;
+        if let Some(t) = current.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Settings a running process cannot change: bound sockets and the installed logger.
+fn warn_restart_only(old: &Config, new: &Config) {
+    let mut ignored = Vec::new();
+    if old.listen != new.listen {
+        ignored.push("listen");
+    }
+    if old.admin_listen != new.admin_listen {
+        ignored.push("admin_listen");
+    }
+    if old.log_format != new.log_format {
+        ignored.push("log_format");
+    }
+    if !ignored.is_empty() {
+        tracing::warn!(
+            ?ignored,
+            "these settings changed but take effect only after a restart"
+        );
+    }
+}
+
+/// Loads every model's tokenizer and builds an [`App`] with its limits:
+/// static ones at once, discovered ones as far as `previous` knew them.
+async fn build(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+    previous: Option<&Discovery>,
+) -> anyhow::Result<Built> {
+    let mut models = Vec::with_capacity(config.models.len());
+    for m in &config.models {
+        let started = Instant::now();
+        let counter = crate::cli::load_model(&m.tokenizer, &m.revision)
+            .await
+            .with_context(|| format!("model `{}`", m.name))?;
+        anyhow::ensure!(
+            counter.can_count(),
+            "model `{}`: {} has no tokenizer.json, so its prompts cannot be counted",
+            m.name,
+            m.tokenizer
+        );
+        tracing::info!(
+            model = %m.name,
+            tokenizer = %m.tokenizer,
+            static_limit = ?m.max_req_input_len,
+            load_ms = started.elapsed().as_millis() as u64,
+            "model loaded"
+        );
+        models.push(Model {
+            name: m.name.clone(),
+            counter: Arc::new(counter),
+        });
+    }
+    let limits = Arc::new(Limits::new(
+        config
+            .models
+            .iter()
+            .filter_map(|m| Some((m.name.clone(), m.max_req_input_len?))),
+    ));
+    let discovery = (!config.prefill_urls.is_empty()).then(|| {
+        let settings = discovery::Settings {
+            workers: config
+                .prefill_urls
+                .iter()
+                .map(|u| u.to_string().trim_end_matches('/').to_string())
+                .collect(),
+            interval: config.discovery_interval,
+            connect_timeout: config.upstream_connect_timeout,
+            timeout: DISCOVERY_REQUEST_TIMEOUT,
+        };
+        let specs = config
+            .models
+            .iter()
+            .map(|m| ModelSpec {
+                name: m.name.clone(),
+                static_limit: m.max_req_input_len,
+                margin: m.safety_margin_tokens,
+            })
+            .collect();
+        Arc::new(Discovery::new(
+            &settings,
+            specs,
+            limits.clone(),
+            metrics.clone(),
+            previous,
+        ))
+    });
+    let guard = Guard::new(
+        models,
+        limits,
+        config.count_workers,
+        config.count_queue,
+        Clock::Local,
+    );
+    let app = App::assemble(config, guard, metrics.clone(), discovery.clone())?;
+    Ok(Built {
+        app: Arc::new(app),
+        discovery,
+    })
+}

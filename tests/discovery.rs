@@ -1,0 +1,392 @@
+//! Discovery against mock prefill workers: the limit follows `/server_info`
+//! (including changes while the guard runs, and the minimum of several
+//! workers), refusals sit exactly at the discovered boundary, the guard fails
+//! closed before the first answer, keeps a stale value after a failure, and
+//! `/v1/models` is clamped to what the guard enforces.
+//!
+//! Discovery polls every 20 ms here; tests wait on conditions with a deadline
+//! (`eventually`), never on a fixed sleep.
+
+mod common;
+
+use serde_json::json;
+
+use common::live::{start_live, start_live_with_upstream, Live};
+use common::sglang::{eventually, models_listing, prefill_worker, InfoMock};
+use common::{ids, sample, MODEL};
+
+const FAST: &str = "discovery_interval_ms = 20\n";
+
+fn workers(urls: &[&InfoMock]) -> String {
+    let list: Vec<String> = urls.iter().map(|w| format!("\"{}\"", w.url())).collect();
+    format!("prefill_urls = [{}]\n{FAST}", list.join(", "))
+}
+
+async fn limit_becomes(live: &Live, want: usize) {
+    eventually(&format!("the limit becomes {want}"), || async {
+        live.limit() == Some(want)
+    })
+    .await;
+}
+
+/// `L = M - 1` is forwarded, `L = M` is refused with 400 and never forwarded.
+async fn boundary_is(live: &Live, m: usize) {
+    let before = live.g.mock.state.count();
+    let fits = live
+        .g
+        .post("/generate", &json!({"input_ids": ids(m - 1)}))
+        .await;
+    assert_eq!(fits.status, 200, "L = {} under M = {m}", m - 1);
+    let over = live
+        .g
+        .post("/generate", &json!({"input_ids": ids(m)}))
+        .await;
+    assert_eq!(over.status, 400, "L = M = {m}");
+    let msg = over.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(msg.contains(&format!("Input length ({m} tokens)")), "{msg}");
+    assert_eq!(
+        live.g.mock.state.count(),
+        before + 1,
+        "only L = M - 1 was forwarded"
+    );
+}
+
+#[tokio::test]
+async fn limit_follows_server_info_and_its_changes() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live(&workers(&[&w])).await;
+    limit_becomes(&live, 10).await;
+    boundary_is(&live, 10).await;
+    assert_eq!(live.readyz().await, 200);
+
+    // The prefill worker restarts with less memory: the guard follows.
+    w.set(|a| *a = prefill_worker(7));
+    limit_becomes(&live, 7).await;
+    boundary_is(&live, 7).await;
+    // And back up.
+    w.set(|a| *a = prefill_worker(12));
+    limit_becomes(&live, 12).await;
+    boundary_is(&live, 12).await;
+
+    let text = live.g.metrics().await;
+    let worker = format!("{{worker=\"{}\"}}", w.url());
+    assert_eq!(
+        sample(
+            &text,
+            &format!("prefill_guard_discovered_max_req_input_len{worker}")
+        ),
+        12.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("prefill_guard_discovered_max_model_len{worker}")
+        ),
+        1_048_576.0
+    );
+    assert_eq!(
+        sample(&text, &format!("prefill_guard_discovery_stale{worker}")),
+        0.0
+    );
+    assert!(
+        sample(
+            &text,
+            &format!("prefill_guard_discovery_last_success_timestamp_seconds{worker}")
+        ) > 1.6e9
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("prefill_guard_limit_changes_total{{model=\"{MODEL}\"}}")
+        ),
+        3.0,
+        "unknown -> 10 -> 7 -> 12"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("prefill_guard_limit_tokens{{model=\"{MODEL}\"}}")
+        ),
+        12.0
+    );
+    // /server_info holds secrets (api_key): nothing of it is exported.
+    assert!(!text.contains("secret-never-to-be-logged"));
+}
+
+#[tokio::test]
+async fn the_smallest_prefill_worker_decides() {
+    let big = InfoMock::start(prefill_worker(12)).await;
+    let small = InfoMock::start(prefill_worker(9)).await;
+    let live = start_live(&workers(&[&big, &small])).await;
+    limit_becomes(&live, 9).await;
+    boundary_is(&live, 9).await;
+
+    small.set(|a| *a = prefill_worker(20));
+    limit_becomes(&live, 12).await;
+    boundary_is(&live, 12).await;
+}
+
+#[tokio::test]
+async fn fails_closed_until_every_worker_has_answered() {
+    let good = InfoMock::start(prefill_worker(10)).await;
+    let down = InfoMock::start(prefill_worker(10)).await;
+    down.set(|a| a.fail_with = Some(503));
+    let live = start_live(&workers(&[&good, &down])).await;
+    // Wait until both have been polled (and one failed) at least twice.
+    eventually("both workers polled", || async {
+        good.hits("/server_info") >= 2 && down.hits("/server_info") >= 2
+    })
+    .await;
+    // One answer is not enough: the silent worker could be the smaller one.
+    assert_eq!(live.limit(), None);
+    assert_eq!(live.readyz().await, 503);
+    let a = live
+        .g
+        .post("/generate", &json!({"input_ids": ids(1)}))
+        .await;
+    assert_eq!(a.status, 503);
+    let msg = a.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("no prompt limit is known"), "{msg}");
+    let a = live
+        .g
+        .post("/v1/completions", &json!({"model": MODEL, "prompt": [1]}))
+        .await;
+    assert_eq!(
+        (a.status.as_u16(), a.error_code().as_str()),
+        (503, "limit_unknown")
+    );
+    assert_eq!(
+        live.g.mock.state.count(),
+        0,
+        "nothing is forwarded without a limit"
+    );
+    let text = live.g.metrics().await;
+    assert!(
+        sample(
+            &text,
+            &format!(
+                "prefill_guard_discovery_errors_total{{worker=\"{}\"}}",
+                down.url()
+            )
+        ) >= 2.0
+    );
+
+    down.set(|a| *a = prefill_worker(8));
+    limit_becomes(&live, 8).await;
+    assert_eq!(live.readyz().await, 200);
+    boundary_is(&live, 8).await;
+}
+
+#[tokio::test]
+async fn a_failing_worker_keeps_its_last_value_marked_stale() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live(&workers(&[&w])).await;
+    limit_becomes(&live, 10).await;
+
+    w.set(|a| a.fail_with = Some(500));
+    let stale = format!("prefill_guard_discovery_stale{{worker=\"{}\"}}", w.url());
+    eventually("the worker is marked stale", || async {
+        sample(&live.g.metrics().await, &stale) == 1.0
+    })
+    .await;
+    let polls = w.hits("/server_info");
+    eventually("more failed polls", || async {
+        w.hits("/server_info") >= polls + 2
+    })
+    .await;
+    // Still enforced, still ready: the pool did not change because it cannot be seen.
+    assert_eq!(live.limit(), Some(10));
+    assert_eq!(live.readyz().await, 200);
+    boundary_is(&live, 10).await;
+    let text = live.g.metrics().await;
+    assert_eq!(
+        sample(
+            &text,
+            &format!(
+                "prefill_guard_discovered_max_req_input_len{{worker=\"{}\"}}",
+                w.url()
+            )
+        ),
+        10.0
+    );
+    assert!(
+        sample(
+            &text,
+            &format!(
+                "prefill_guard_discovery_errors_total{{worker=\"{}\"}}",
+                w.url()
+            )
+        ) >= 2.0
+    );
+
+    // A worker that comes back with a new value is followed, no longer stale.
+    w.set(|a| *a = prefill_worker(6));
+    limit_becomes(&live, 6).await;
+    assert_eq!(sample(&live.g.metrics().await, &stale), 0.0);
+}
+
+#[tokio::test]
+async fn without_max_req_input_len_the_pool_formula_is_used() {
+    // An older build: only /get_server_info, and no max_req_input_len in it.
+    let w = InfoMock::start(prefill_worker(0)).await;
+    w.set(|a| {
+        a.legacy_only = true;
+        let info = a.server_info.as_object_mut().unwrap();
+        info.remove("max_req_input_len");
+        info.insert("max_total_num_tokens".into(), json!(284_928));
+        a.models = Some(models_listing(1_048_576));
+    });
+    let live = start_live(&workers(&[&w])).await;
+    // min(C, P) - 6 with the worked example of SGLang #30233.
+    limit_becomes(&live, 284_922).await;
+    assert!(w.hits("/get_server_info") >= 1);
+
+    // The context length, from /v1/models, can be the smaller side.
+    w.set(|a| a.models = Some(models_listing(16)));
+    limit_becomes(&live, 10).await;
+    boundary_is(&live, 10).await;
+}
+
+#[tokio::test]
+async fn static_limit_and_margin_combine_with_discovery() {
+    let w = InfoMock::start(prefill_worker(30)).await;
+    w.set(|a| a.fail_with = Some(503));
+    let live = start_live(&format!(
+        "max_req_input_len = 12\nsafety_margin_tokens = 2\n{}",
+        workers(&[&w])
+    ))
+    .await;
+    // With a static limit the guard serves before discovery succeeds.
+    assert_eq!(live.limit(), Some(10));
+    assert_eq!(live.readyz().await, 200);
+    boundary_is(&live, 10).await;
+    // Discovered 30 - 2 is above the static 12 - 2: the static one stays.
+    w.set(|a| *a = prefill_worker(30));
+    eventually("the worker answers", || async {
+        let text = live.g.metrics().await;
+        sample(
+            &text,
+            &format!(
+                "prefill_guard_discovered_max_req_input_len{{worker=\"{}\"}}",
+                w.url()
+            ),
+        ) == 30.0
+    })
+    .await;
+    assert_eq!(live.limit(), Some(10));
+    // Discovered 8 - 2 is below: it wins.
+    w.set(|a| *a = prefill_worker(8));
+    limit_becomes(&live, 6).await;
+    boundary_is(&live, 6).await;
+}
+
+#[tokio::test]
+async fn models_listing_is_clamped_to_the_limit() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    // The upstream lists the model with SGLang's context length.
+    let upstream = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live_with_upstream(Some(upstream.url()), &workers(&[&w])).await;
+    limit_becomes(&live, 10).await;
+    let a = live.g.send(live.g.http.get(live.g.url("/v1/models"))).await;
+    assert_eq!(a.status, 200);
+    let listing = a.json();
+    assert_eq!(listing["data"][0]["max_model_len"], 10);
+    assert_eq!(listing["data"][0]["id"], MODEL);
+    assert_eq!(
+        listing["data"][0]["owned_by"], "sglang",
+        "the rest is untouched"
+    );
+    assert_eq!(a.headers["content-length"], a.body.len().to_string());
+
+    w.set(|a| *a = prefill_worker(7));
+    limit_becomes(&live, 7).await;
+    let a = live.g.send(live.g.http.get(live.g.url("/v1/models"))).await;
+    assert_eq!(a.json()["data"][0]["max_model_len"], 7);
+}
+
+#[tokio::test]
+async fn models_listing_rewrite_can_be_turned_off() {
+    let upstream = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live_with_upstream(
+        Some(upstream.url()),
+        "max_req_input_len = 10\nrewrite_models_max_len = false\n",
+    )
+    .await;
+    let a = live.g.send(live.g.http.get(live.g.url("/v1/models"))).await;
+    assert_eq!(a.json()["data"][0]["max_model_len"], 1_048_576);
+}
+
+#[tokio::test]
+async fn models_listing_without_numbers_gets_the_limit() {
+    // The recording mock lists the model without max_model_len (as a router may).
+    let live = start_live("max_req_input_len = 9\n").await;
+    let a = live.g.send(live.g.http.get(live.g.url("/v1/models"))).await;
+    assert_eq!(a.json()["data"][0]["max_model_len"], 9);
+    assert_eq!(live.g.mock.state.requests()[0].target, "/v1/models");
+}
+
+/// Every new metric family, populated, passes `promtool check metrics`
+/// (skipped when promtool is missing, except under CI).
+#[tokio::test]
+async fn discovery_metrics_pass_promtool() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live(&workers(&[&w])).await;
+    limit_becomes(&live, 10).await;
+    w.set(|a| a.fail_with = Some(500));
+    let errors = format!(
+        "prefill_guard_discovery_errors_total{{worker=\"{}\"}}",
+        w.url()
+    );
+    eventually("a failed poll", || async {
+        sample(&live.g.metrics().await, &errors) >= 1.0
+    })
+    .await;
+    live.write_config("max_req_input_len = nonsense\n");
+    assert!(live.runtime.reload().await.is_err());
+    let text = live.g.metrics().await;
+    for family in [
+        "discovered_max_req_input_len",
+        "discovered_max_model_len",
+        "discovery_last_success_timestamp_seconds",
+        "discovery_stale",
+        "discovery_errors_total",
+        "limit_changes_total",
+        "reloads_total",
+    ] {
+        assert!(
+            text.contains(&format!("prefill_guard_{family}{{")),
+            "{family} has samples"
+        );
+    }
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            std::env::var_os("PROMTOOL_REQUIRED").is_none() && std::env::var_os("CI").is_none(),
+            "promtool is required but not installed"
+        );
+        eprintln!("promtool not installed: skipping the exposition lint");
+        return;
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
