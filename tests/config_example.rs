@@ -19,8 +19,10 @@ fn example_config_is_valid_and_sets_every_key() {
             && raw.shutdown_grace_secs.is_some()
             && raw.safety_margin_tokens.is_some()
     );
+    assert!(raw.discovery_interval_ms.is_some() && raw.rewrite_models_max_len.is_some());
     // Commented-out alternatives are documented too.
     for key in [
+        "prefill_urls",
         "prefill_pool_tokens",
         "context_length",
         "revision",
