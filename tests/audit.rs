@@ -89,7 +89,10 @@ async fn the_advisory_example_is_exposed() {
 async fn the_same_numbers_without_max_req_input_len_use_the_pool_formula() {
     let mut a = exposed_worker();
     a.legacy_only = true;
-    a.server_info.as_object_mut().unwrap().remove("max_req_input_len");
+    a.server_info
+        .as_object_mut()
+        .unwrap()
+        .remove("max_req_input_len");
     let up = InfoMock::start(a).await;
     let out = audit(&["--upstream", &up.url(), "--json"]).await;
     assert_eq!(out.status.code(), Some(1));
@@ -111,10 +114,19 @@ async fn fixed_versions_and_plain_servers_are_not_exposed() {
         a.server_info["disaggregation_mode"] = json!(mode);
         let up = InfoMock::start(a).await;
         let out = audit(&["--upstream", &up.url(), "--json"]).await;
-        assert_eq!(out.status.code(), Some(0), "{version} {mode}: {}", text(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{version} {mode}: {}",
+            text(&out)
+        );
         let r = json_report(&out);
         assert_eq!(r["verdict"], "not_exposed");
-        assert!(r["reason"].as_str().unwrap().contains(why), "{}", r["reason"]);
+        assert!(
+            r["reason"].as_str().unwrap().contains(why),
+            "{}",
+            r["reason"]
+        );
         assert_eq!(r["window"], Value::Null);
 
         let out = audit(&["--upstream", &up.url()]).await;
@@ -167,14 +179,20 @@ async fn what_it_cannot_judge_exits_2() {
     let out = audit(&["--upstream", &up.url()]).await;
     assert_eq!(out.status.code(), Some(2));
     let t = text(&out);
-    assert!(t.contains("CANNOT TELL") && t.contains("allow_auto_truncate"), "{t}");
+    assert!(
+        t.contains("CANNOT TELL") && t.contains("allow_auto_truncate"),
+        "{t}"
+    );
 
     // No version.
     up.set(|a| {
         a.server_info["allow_auto_truncate"] = json!(false);
         a.server_info.as_object_mut().unwrap().remove("version");
     });
-    assert_eq!(audit(&["--upstream", &up.url()]).await.status.code(), Some(2));
+    assert_eq!(
+        audit(&["--upstream", &up.url()]).await.status.code(),
+        Some(2)
+    );
 }
 
 #[tokio::test]

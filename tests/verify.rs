@@ -69,8 +69,14 @@ async fn matching_counts_pass() {
         &json!({"model": MODEL, "messages": [{"role": "user", "content": "hello world"}],
                 "stream": true, "max_tokens": 5}),
     );
-    let completion = f.write("completion.json", &json!({"model": MODEL, "prompt": "hello hello"}));
-    let batch = f.write("batch.json", &json!({"text": ["hello", "hello world hello"]}));
+    let completion = f.write(
+        "completion.json",
+        &json!({"model": MODEL, "prompt": "hello hello"}),
+    );
+    let batch = f.write(
+        "batch.json",
+        &json!({"text": ["hello", "hello world hello"]}),
+    );
     let ids = f.write("ids.json", &json!({"input_ids": [1, 2, 3]}));
     let up = InfoMock::start(prefill_worker(100)).await;
     let out = verify(
@@ -80,8 +86,14 @@ async fn matching_counts_pass() {
     .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let t = text(&out);
-    assert!(t.contains("4 match, 0 over, 0 under, 1 as given, 0 errors"), "{t}");
-    assert!(t.contains("/v1/chat/completions  7      7       +0    match"), "{t}");
+    assert!(
+        t.contains("4 match, 0 over, 0 under, 1 as given, 0 errors"),
+        "{t}"
+    );
+    assert!(
+        t.contains("/v1/chat/completions  7      7       +0    match"),
+        "{t}"
+    );
 
     // What the oracle was asked: the chat fields as sent (no streaming), and
     // texts as `prompt` with special tokens, as `tokenizer(text)` counts them.
@@ -100,7 +112,10 @@ async fn matching_counts_pass() {
         asked[1],
         json!({"prompt": "hello hello", "add_special_tokens": true, "model": MODEL})
     );
-    assert_eq!(asked[2], json!({"prompt": "hello", "add_special_tokens": true}));
+    assert_eq!(
+        asked[2],
+        json!({"prompt": "hello", "add_special_tokens": true})
+    );
     assert_eq!(asked[3]["prompt"], "hello world hello");
 }
 
@@ -121,7 +136,10 @@ async fn an_undercount_is_caught() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let t = text(&out);
     assert!(t.contains("UNDER"), "{t}");
-    assert!(t.contains("FAIL: the guard counted fewer tokens than SGLang (by up to 1)"), "{t}");
+    assert!(
+        t.contains("FAIL: the guard counted fewer tokens than SGLang (by up to 1)"),
+        "{t}"
+    );
     assert!(t.contains("safety_margin_tokens to at least 1"), "{t}");
 
     let out = verify(
@@ -132,14 +150,20 @@ async fn an_undercount_is_caught() {
     assert_eq!(out.status.code(), Some(1));
     let rows = lines(&out);
     assert_eq!(rows[0]["outcome"], "match");
-    assert_eq!((rows[1]["guard"].as_u64(), rows[1]["sglang"].as_u64()), (Some(7), Some(8)));
+    assert_eq!(
+        (rows[1]["guard"].as_u64(), rows[1]["sglang"].as_u64()),
+        (Some(7), Some(8))
+    );
     assert_eq!(rows[1]["outcome"], "under");
 }
 
 #[tokio::test]
 async fn an_undercount_inside_a_batch_is_caught() {
     let f = Files::new();
-    let batch = f.write("batch.json", &json!({"prompt": ["hello", "zebra", "hello"]}));
+    let batch = f.write(
+        "batch.json",
+        &json!({"prompt": ["hello", "zebra", "hello"]}),
+    );
     let up = InfoMock::start(prefill_worker(100)).await;
     let out = verify(
         &["--upstream", &up.url(), "--tokenizer", &f.model(), "--json"],
@@ -148,7 +172,10 @@ async fn an_undercount_inside_a_batch_is_caught() {
     .await;
     assert_eq!(out.status.code(), Some(1));
     let rows = lines(&out);
-    let outcomes: Vec<&str> = rows.iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = rows
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["match", "under", "match"]);
     assert_eq!(rows[1]["unit"], 1);
 }
@@ -158,7 +185,11 @@ async fn an_overcount_is_reported_but_safe() {
     let f = Files::new();
     let body = f.write("good_day.json", &json!({"prompt": "good day hello"}));
     let up = InfoMock::start(prefill_worker(100)).await;
-    let out = verify(&["--upstream", &up.url(), "--tokenizer", &f.model()], &[&body]).await;
+    let out = verify(
+        &["--upstream", &up.url(), "--tokenizer", &f.model()],
+        &[&body],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("over (safe)"));
 }
@@ -191,11 +222,18 @@ async fn bodies_that_cannot_be_compared_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let rows = lines(&out);
     assert_eq!(rows[1]["outcome"], "error");
-    assert!(rows[1]["detail"].as_str().unwrap().contains("duplicate_key"));
+    assert!(rows[1]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("duplicate_key"));
 
     // An upstream that does not answer cannot vouch for anything.
     up.set(|a| a.fail_with = Some(500));
-    let out = verify(&["--upstream", &up.url(), "--tokenizer", &f.model()], &[&good]).await;
+    let out = verify(
+        &["--upstream", &up.url(), "--tokenizer", &f.model()],
+        &[&good],
+    )
+    .await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("HTTP 500"));
 }
