@@ -131,7 +131,9 @@ impl Discovery {
             interval: settings.interval,
             round: tokio::sync::Mutex::new(()),
         };
-        d.apply();
+        // Against what was in force, so a reload that changes nothing logs
+        // and counts no limit change.
+        d.apply(previous.map(|p| p.limits.as_ref()));
         d
     }
 
@@ -144,7 +146,7 @@ impl Discovery {
         for (worker, answer) in self.workers.iter().zip(answers) {
             self.record(worker, answer);
         }
-        self.apply();
+        self.apply(None);
     }
 
     /// Polls now, then every `interval`, until the handle is aborted.
@@ -253,7 +255,10 @@ impl Discovery {
     }
 
     /// Recomputes every model's effective limit from what the workers said.
-    fn apply(&self) {
+    /// `in_force`: the limits requests were checked with until now, when they
+    /// are not `self.limits` (a reload); a change is logged and counted
+    /// against them.
+    fn apply(&self, in_force: Option<&Limits>) {
         let infos: Vec<Option<WorkerInfo>> = self
             .workers
             .iter()
@@ -281,9 +286,12 @@ impl Discovery {
                 (d, s) => d.or(s),
             };
             let Some(limit) = effective else { continue };
-            let old = self.limits.get(&model.name);
-            if old != Some(limit) {
+            let current = self.limits.get(&model.name);
+            if current != Some(limit) {
                 self.limits.set(&model.name, limit);
+            }
+            let old = in_force.map_or(current, |l| l.get(&model.name));
+            if old != Some(limit) {
                 self.metrics.limit_change(&model.name);
                 tracing::info!(
                     model = %model.name,
@@ -377,14 +385,14 @@ mod tests {
     fn minimum_only_once_every_worker_answered() {
         let d = discovery(vec![spec("m", None, 0)], &["http://a", "http://b"]);
         d.record(&d.workers[0], Ok(info(100, &[])));
-        d.apply();
+        d.apply(None);
         assert_eq!(d.limits.get("m"), None, "b could be smaller");
         d.record(&d.workers[1], Ok(info(80, &[])));
-        d.apply();
+        d.apply(None);
         assert_eq!(d.limits.get("m"), Some(80));
         // A failure keeps the last known value, marked stale.
         d.record(&d.workers[1], Err("down".into()));
-        d.apply();
+        d.apply(None);
         assert_eq!(d.limits.get("m"), Some(80));
         let samples = d.samples();
         assert!(!samples[0].stale && samples[1].stale);
@@ -408,7 +416,7 @@ mod tests {
         );
         d.record(&d.workers[0], Ok(info(100, &["a", "b"])));
         d.record(&d.workers[1], Ok(info(40, &["a"])));
-        d.apply();
+        d.apply(None);
         assert_eq!(d.limits.get("a"), Some(30), "min(40 - 10, 50)");
         assert_eq!(d.limits.get("b"), Some(90), "w2 does not serve b");
         assert_eq!(
@@ -423,6 +431,8 @@ mod tests {
         let old = discovery(vec![spec("m", None, 0)], &["http://a", "http://b"]);
         old.record(&old.workers[0], Ok(info(100, &[])));
         old.record(&old.workers[1], Ok(info(90, &[])));
+        old.apply(None);
+        assert_eq!(old.limits.get("m"), Some(90));
         let settings = Settings {
             workers: vec!["http://b".into()],
             interval: Duration::from_secs(1),
@@ -430,14 +440,32 @@ mod tests {
             timeout: Duration::from_secs(1),
         };
         let limits = Arc::new(Limits::default());
+        let metrics = Arc::new(Metrics::new("0"));
         let new = Discovery::new(
             &settings,
             vec![spec("m", None, 0)],
             limits.clone(),
-            Arc::new(Metrics::new("0")),
+            metrics.clone(),
             Some(&old),
         );
         assert!(new.all_answered());
         assert_eq!(limits.get("m"), Some(90));
+        // The limit in force did not change: nothing to count.
+        assert!(!metrics
+            .render(&[])
+            .contains("prefill_guard_limit_changes_total{"));
+
+        // With a margin added, the same replacement is a change.
+        let metrics = Arc::new(Metrics::new("0"));
+        let _margin = Discovery::new(
+            &settings,
+            vec![spec("m", None, 5)],
+            Arc::new(Limits::default()),
+            metrics.clone(),
+            Some(&old),
+        );
+        assert!(metrics
+            .render(&[])
+            .contains("prefill_guard_limit_changes_total{model=\"m\"} 1\n"));
     }
 }
