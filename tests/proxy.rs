@@ -256,11 +256,16 @@ async fn bodies_over_the_cap_are_refused_with_413() {
 #[tokio::test]
 async fn unknown_routes_and_methods_are_refused() {
     let g = guard().await;
-    let a = g.post("/v1/embeddings", &json!({"input": "x"})).await;
-    assert_eq!(
-        (a.status.as_u16(), a.error_code().as_str()),
-        (404, "route_not_allowed")
-    );
+    // SGLang's admin and internal endpoints are not modelled: default deny.
+    for path in ["/flush_cache", "/update_weights_from_disk", "/abort_request"] {
+        let a = g.post(path, &json!({"input": "x"})).await;
+        assert_eq!(
+            (a.status.as_u16(), a.error_code().as_str()),
+            (404, "route_not_allowed"),
+            "{path}"
+        );
+    }
+    assert_eq!(g.send(g.http.get(g.url("/server_info"))).await.status, 404);
     // Metrics live on the admin port only.
     assert_eq!(g.send(g.http.get(g.url("/metrics"))).await.status, 404);
     assert_eq!(g.send(g.http.get(g.url("/generate"))).await.status, 405);
