@@ -1,6 +1,12 @@
 # syntax=docker/dockerfile:1
-# Build a static binary, then ship it alone on a distroless base: no shell,
-# no package manager, a non-root user.
+# prefill-guard: a static (musl) binary alone on distroless/static, as the
+# non-root user 65532. No shell, no package manager. CI cannot pull base
+# images, so it builds and runs the same binary FROM scratch with podman
+# instead (scripts/image-smoke.sh, deploy/container/Containerfile.scratch).
+#
+#   docker build -t prefill-guard .
+#   docker run --rm -p 8000:8000 -p 9000:9000 -v /models:/models:ro \
+#     -v "$PWD/prefill-guard.toml:/etc/prefill-guard/prefill-guard.toml:ro" prefill-guard
 
 FROM rust:1.95-bookworm AS build
 RUN apt-get update \
@@ -10,16 +16,26 @@ RUN apt-get update \
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl \
+RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin prefill-guard \
  && cp target/x86_64-unknown-linux-musl/release/prefill-guard /prefill-guard
 
 FROM gcr.io/distroless/static-debian12:nonroot
+LABEL org.opencontainers.image.title="prefill-guard" \
+      org.opencontainers.image.description="Refuses prompts SGLang's prefill pool cannot hold, before they reach it" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /prefill-guard /usr/local/bin/prefill-guard
 COPY config/prefill-guard.toml /etc/prefill-guard/prefill-guard.toml
+# distroless's nonroot user; Kubernetes manifests also set runAsUser 65532.
 USER 65532:65532
-# 8000: the proxy (HTTP/1.1 and h2c). 9000: /metrics, /healthz, /readyz.
+# 8000: the proxy (HTTP/1.1 and h2c), for clients.
+# 9000: admin (/metrics, /healthz, /readyz), for probes and Prometheus only.
 EXPOSE 8000 9000
-# The guard drains in-flight requests (streams included) on SIGTERM.
+# Tokenizers given as Hugging Face ids are cached here; mount a volume (or
+# use a tokenizer directory) with a read-only root filesystem.
+ENV HF_HOME=/tmp/hf
+# SIGTERM (docker stop, Kubernetes): stop accepting, drain in-flight requests
+# and SSE streams for up to shutdown_grace_secs (30), then exit 0. Give the
+# runtime a longer stop timeout (docker stop -t 40).
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/prefill-guard"]
 CMD ["serve", "--config", "/etc/prefill-guard/prefill-guard.toml"]
