@@ -39,6 +39,11 @@ pub enum Reason {
     MethodNotAllowed { method: String, path: String },
     #[error("request target is not canonical: {0}")]
     BadPath(String),
+    /// Ambiguous HTTP/1.1 message framing (`Content-Length` with
+    /// `Transfer-Encoding`, a coding other than `chunked`): the connection's
+    /// byte stream can no longer be trusted, so it is closed after the answer.
+    #[error("{0}")]
+    BadFraming(String),
     #[error("request body is larger than {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("{0}")]
@@ -78,7 +83,8 @@ impl Reason {
             | Reason::InvalidRequest { .. }
             | Reason::Template(_)
             | Reason::Unmeasurable(_)
-            | Reason::BadPath(_) => StatusCode::BAD_REQUEST,
+            | Reason::BadPath(_)
+            | Reason::BadFraming(_) => StatusCode::BAD_REQUEST,
             Reason::UnknownModel(_) | Reason::RouteNotAllowed { .. } => StatusCode::NOT_FOUND,
             Reason::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Reason::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -104,6 +110,7 @@ impl Reason {
             Reason::RouteNotAllowed { .. } => "route_not_allowed",
             Reason::MethodNotAllowed { .. } => "method_not_allowed",
             Reason::BadPath(_) => "bad_path",
+            Reason::BadFraming(_) => "bad_framing",
             Reason::BodyTooLarge { .. } => "body_too_large",
             Reason::UnsupportedMediaType(_) => "unsupported_media_type",
             Reason::LimitUnknown(_) => "limit_unknown",
@@ -182,7 +189,7 @@ impl Reason {
 
     /// Refusals after which the connection must not be reused (framing errors).
     pub fn closes_connection(&self) -> bool {
-        false
+        matches!(self, Reason::BadFraming(_))
     }
 
     /// Seconds a client should wait before retrying, for load shedding.

@@ -2,6 +2,7 @@
 //! body carries, or a refusal. Path canonicalisation, strict JSON and the
 //! per-route extraction of SGLang's request fields live here.
 
+pub mod allow;
 pub mod extract;
 pub mod json;
 pub mod path;

@@ -120,6 +120,10 @@ async fn guard_and_forward(
     req: Request<Incoming>,
     rec: &mut Record,
 ) -> Result<Response<Incoming>, Reason> {
+    // Framing first: a request whose framing is ambiguous is refused whatever
+    // its route, and its connection closed (`super::framing`).
+    super::framing::check_verdict(&req)?;
+    super::framing::check_headers(req.version(), req.headers())?;
     let canonical = path::canonical_path(&request_target(&req))?;
     rec.route = Route::from_path(&canonical);
     let class = routes::classify(req.method(), &canonical)?;
@@ -203,20 +207,29 @@ fn request_target<B>(req: &Request<B>) -> Cow<'_, Uri> {
 }
 
 /// The guard counts the bytes it reads; a compressed body would be counted as
-/// garbage and decoded differently upstream, so it is refused outright.
+/// garbage and decoded differently upstream, so it is refused outright. That
+/// includes SGLang's own `x-body-compressed` (decompressed by its middleware
+/// when `SGLANG_ENABLE_REQUEST_DECOMPRESSION` is set), whatever its value.
 fn refuse_encoded(headers: &HeaderMap) -> Result<(), Reason> {
     let encoded = headers
         .get_all(header::CONTENT_ENCODING)
         .iter()
-        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
     if encoded {
-        Err(Reason::UnsupportedMediaType(
+        return Err(Reason::UnsupportedMediaType(
             "compressed request bodies (`Content-Encoding`) are not accepted".into(),
-        ))
-    } else {
-        Ok(())
+        ));
     }
+    if headers.contains_key(X_BODY_COMPRESSED) {
+        return Err(Reason::UnsupportedMediaType(
+            "compressed request bodies (`x-body-compressed`) are not accepted".into(),
+        ));
+    }
+    Ok(())
 }
+
+/// SGLang's request-decompression header (`http_request_decompression.py`).
+const X_BODY_COMPRESSED: &str = "x-body-compressed";
 
 async fn forward(
     app: &App,

@@ -4,6 +4,7 @@
 
 mod admin;
 mod body;
+mod framing;
 mod handler;
 mod models;
 
@@ -115,8 +116,8 @@ pub async fn run_swappable(
     let proxy_apps = apps.clone();
     let admin_apps = apps.clone();
     tokio::select! {
-        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer| proxy_service(proxy_apps.clone(), peer)) => {}
-        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_| admin_service(admin_apps.clone())) => {}
+        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer, framing| proxy_service(proxy_apps.clone(), peer, framing)) => {}
+        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_, _| admin_service(admin_apps.clone())) => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
     drop((proxy, admin));
@@ -149,7 +150,7 @@ async fn accept<S, B>(
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
     conns: &mut JoinSet<()>,
-    make_service: impl Fn(SocketAddr) -> S,
+    make_service: impl Fn(SocketAddr, framing::Connection) -> S,
 ) where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Send
@@ -163,7 +164,10 @@ async fn accept<S, B>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let conn = builder.serve_connection(TokioIo::new(stream), make_service(peer)).into_owned();
+                    // Every byte read also goes to the connection's framing sniffer.
+                    let framing = framing::Connection::default();
+                    let io = TokioIo::new(framing.wrap(stream));
+                    let conn = builder.serve_connection(io, make_service(peer, framing)).into_owned();
                     let conn = graceful.watch(conn);
                     conns.spawn(async move {
                         if let Err(e) = conn.await {
@@ -186,6 +190,7 @@ async fn accept<S, B>(
 fn proxy_service(
     apps: Arc<Apps>,
     peer: SocketAddr,
+    framing: framing::Connection,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ResponseBody>,
@@ -193,7 +198,10 @@ fn proxy_service(
     Future = impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send,
 > + Send {
     let client = Client { ip: peer.ip() };
-    service_fn(move |req| {
+    service_fn(move |mut req: Request<Incoming>| {
+        // hyper calls the service once per request, in order: the sniffer's
+        // verdict on this one travels with it to the handler.
+        req.extensions_mut().insert(framing.next_verdict());
         // The state as of this request's arrival; a reload during it does not
         // change what it is checked and forwarded with.
         let app = apps.load_full();

@@ -2,8 +2,10 @@
 //! SGLang, also on `127.0.0.1:0`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod corpus;
 pub mod live;
 pub mod sglang;
+pub mod wire;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
