@@ -3,11 +3,19 @@
 //! `trim_blocks`, `lstrip_blocks` and loop controls), byte for byte.
 //!
 //! minijinja is the engine; what differs from Jinja2 is patched here:
-//! Python `str()`/`repr()` printing (`pyrepr`), `json.dumps` as `tojson`
-//! (`tojson`), CPython str/dict/list methods (`methods`, `unicode`), Jinja2's
-//! filters and tests (`filters`), glibc strftime (`strftime`) and SGLang's
-//! content-format detection (`detect`). See
-//! `docs/template-compat.md` for the list and for what cannot be matched.
+//! * `source`: the template text as Jinja2's lexer sees it (newlines,
+//!   `{% generation %}`, string-literal escapes);
+//! * `pyrepr`, `pyobj`: Python `str()`/`repr()` printing;
+//! * `tojson`: `json.dumps`;
+//! * `methods`, `unicode`: CPython str/dict/list methods on Unicode 14;
+//! * `filters`, `pysort`, `pyformat`: Jinja2's filters, tests and globals,
+//!   Python sorting and `%`/`str.format` formatting;
+//! * `strftime`: `strftime_now` as CPython on glibc;
+//! * `detect`: SGLang's content-format detection.
+//!
+//! What cannot be matched is listed in the tests (`KNOWN_DIVERGENT`,
+//! `KNOWN_REFUSED`, `known_misrenders_are_as_documented`) and in
+//! `docs/template-compat.md` §6.
 
 mod args;
 mod detect;
@@ -80,10 +88,77 @@ pub struct ChatTemplate {
 
 const TEMPLATE_NAME: &str = "chat";
 
-/// The variables `render(messages=…, tools=…, documents=…,
-/// add_generation_prompt=…, **kwargs)` binds explicitly; a template kwarg
-/// with one of these names is a duplicate keyword argument in Python.
-const EXPLICIT_ARGS: [&str; 4] = ["messages", "tools", "documents", "add_generation_prompt"];
+/// How `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+/// tools=tools, return_dict=False, **kwargs)` binds a template kwarg whose
+/// name is one of its own parameters (or of `render_jinja_template` and
+/// `render`): such a kwarg never reaches the template as a variable.
+enum KwargBinding {
+    /// Bound twice: `TypeError: got multiple values for argument`.
+    Duplicate,
+    /// Taken by a parameter that has no effect on `tokenize=False` output.
+    Consumed,
+    /// `documents`, the RAG documents argument.
+    Documents,
+    /// A flag that raises `ValueError` when true (and is consumed when false).
+    FailsIfTrue(&'static str),
+    /// An ordinary template variable.
+    Variable,
+}
+
+fn kwarg_binding(key: &str) -> KwargBinding {
+    match key {
+        "conversation"
+        | "tools"
+        | "add_generation_prompt"
+        | "tokenize"
+        | "return_dict"
+        | "conversations"
+        | "messages" => KwargBinding::Duplicate,
+        // a template picked by the request; SGLang refuses it before rendering
+        "chat_template" => {
+            KwargBinding::FailsIfTrue("chat_template_kwargs.chat_template is not allowed")
+        }
+        "padding" | "truncation" | "max_length" | "return_tensors" | "tokenizer_kwargs" => {
+            KwargBinding::Consumed
+        }
+        "documents" => KwargBinding::Documents,
+        "continue_final_message" => KwargBinding::FailsIfTrue(
+            "continue_final_message and add_generation_prompt are not compatible",
+        ),
+        "return_assistant_tokens_mask" => KwargBinding::FailsIfTrue(
+            "`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`",
+        ),
+        _ => KwargBinding::Variable,
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn json_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// `render_jinja_template`: documents must be dicts.
+fn check_documents(docs: &Value) -> Result<(), TemplateError> {
+    let bad = || {
+        TemplateError(
+            "TypeError: Documents should be a list of dicts with 'title' and 'text' keys!".into(),
+        )
+    };
+    match docs {
+        Value::Null => Ok(()),
+        Value::Array(items) if items.iter().all(Value::is_object) => Ok(()),
+        Value::Object(m) if m.is_empty() => Ok(()),
+        Value::String(s) if s.is_empty() => Ok(()),
+        _ => Err(bad()),
+    }
+}
 
 /// JSON nested deeper than this is refused rather than converted (serde_json
 /// itself stops parsing at 128 levels).
@@ -143,17 +218,40 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError(e.to_string()))?;
-        for key in EXPLICIT_ARGS {
-            if ctx.extra.contains_key(key) {
-                return Err(TemplateError(format!(
-                    "TypeError: render() got multiple values for keyword argument '{key}'"
-                )));
+        let mut documents = ctx.documents;
+        let mut variables = Vec::with_capacity(ctx.extra.len());
+        for (key, value) in ctx.extra {
+            match kwarg_binding(key) {
+                KwargBinding::Variable => variables.push((key, value)),
+                KwargBinding::Consumed => {}
+                KwargBinding::Duplicate => {
+                    return Err(TemplateError(format!(
+                        "TypeError: apply_chat_template() got multiple values for argument '{key}'"
+                    )))
+                }
+                KwargBinding::FailsIfTrue(msg) => {
+                    // SGLang refuses any `chat_template` key, whatever its value
+                    if key == "chat_template" || json_truthy(value) {
+                        return Err(TemplateError(format!("ValueError: {msg}")));
+                    }
+                }
+                KwargBinding::Documents => {
+                    if documents.is_some() {
+                        return Err(TemplateError(
+                            "TypeError: apply_chat_template() got multiple values for argument 'documents'".into(),
+                        ));
+                    }
+                    documents = Some(value).filter(|v| !v.is_null());
+                }
             }
+        }
+        if let Some(docs) = documents {
+            check_documents(docs)?;
         }
         let conv = |v: &Value| to_value(v, 0).map_err(map_error);
         let none = minijinja::Value::from(());
         let mut vars: Vec<(minijinja::Value, minijinja::Value)> =
-            Vec::with_capacity(4 + ctx.special_tokens.len() + ctx.extra.len());
+            Vec::with_capacity(4 + ctx.special_tokens.len() + variables.len());
         vars.push(("messages".into(), conv(ctx.messages)?));
         vars.push((
             "tools".into(),
@@ -164,7 +262,7 @@ impl ChatTemplate {
         ));
         vars.push((
             "documents".into(),
-            ctx.documents.map(conv).transpose()?.unwrap_or(none),
+            documents.map(conv).transpose()?.unwrap_or(none),
         ));
         vars.push((
             "add_generation_prompt".into(),
@@ -173,7 +271,7 @@ impl ChatTemplate {
         for (k, v) in ctx.special_tokens {
             vars.push((k.as_str().into(), v.as_str().into()));
         }
-        for (k, v) in ctx.extra {
+        for (k, v) in variables {
             vars.push((k.as_str().into(), conv(v)?));
         }
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.

@@ -579,17 +579,52 @@ fn raise_exception_message_is_the_error() {
 }
 
 #[test]
-fn kwargs_colliding_with_render_arguments_raise() {
-    let tmpl = ChatTemplate::new("{{ messages|length }}").expect("compiles");
-    for key in ["messages", "tools", "documents", "add_generation_prompt"] {
-        let mut extra = Map::new();
-        extra.insert(key.to_string(), Value::Bool(true));
-        assert!(
-            tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &[]))
-                .is_err(),
-            "{key}"
-        );
+fn kwargs_bind_like_apply_chat_template() {
+    let tmpl = ChatTemplate::new(
+        "{{ messages|length }}|{{ documents|tojson }}|{{ padding is defined }}|{{ continue_final_message is defined }}",
+    )
+    .expect("compiles");
+    let render = |extra: Value| {
+        let extra = extra.as_object().cloned().unwrap_or_default();
+        tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &[]))
+    };
+    // parameters SGLang passes itself, or that collide inside transformers
+    for key in [
+        "messages",
+        "conversation",
+        "conversations",
+        "tools",
+        "add_generation_prompt",
+        "tokenize",
+        "return_dict",
+        "chat_template",
+    ] {
+        assert!(render(serde_json::json!({ key: null })).is_err(), "{key}");
     }
+    // flags that raise only when true
+    assert!(render(serde_json::json!({"continue_final_message": true})).is_err());
+    assert!(render(serde_json::json!({"return_assistant_tokens_mask": 1})).is_err());
+    // consumed by apply_chat_template: never template variables
+    assert_eq!(
+        render(
+            serde_json::json!({"padding": true, "truncation": true, "max_length": 5,
+            "continue_final_message": false, "return_assistant_tokens_mask": 0})
+        )
+        .expect("renders"),
+        "0|null|False|False"
+    );
+    // documents from the kwargs are the documents argument, and must be dicts
+    assert_eq!(
+        render(serde_json::json!({"documents": [{"title": "t", "text": "x"}]})).expect("renders"),
+        "0|[{\"title\": \"t\", \"text\": \"x\"}]|False|False"
+    );
+    assert!(render(serde_json::json!({"documents": ["not a dict"]})).is_err());
+    assert!(render(serde_json::json!({"documents": "text"})).is_err());
+    assert_eq!(
+        render(serde_json::json!({"documents": []})).expect("renders"),
+        "0|[]|False|False"
+    );
+
     let mut extra = Map::new();
     extra.insert("bos_token".into(), Value::String(String::new()));
     extra.insert("raise_exception".into(), Value::String("shadowed".into()));
