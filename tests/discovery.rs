@@ -361,32 +361,5 @@ async fn discovery_metrics_pass_promtool() {
             "{family} has samples"
         );
     }
-    let Ok(mut child) = std::process::Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-    else {
-        assert!(
-            std::env::var_os("PROMTOOL_REQUIRED").is_none() && std::env::var_os("CI").is_none(),
-            "promtool is required but not installed"
-        );
-        eprintln!("promtool not installed: skipping the exposition lint");
-        return;
-    };
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::promtool_check_metrics(&text);
 }

@@ -248,6 +248,8 @@ pub struct Options {
     pub shutdown_grace: Duration,
     /// Forward somewhere other than the mock (e.g. a closed port).
     pub upstream: Option<String>,
+    /// `allow_routes`: paths passed through uninspected.
+    pub allow_routes: Vec<&'static str>,
 }
 
 impl Default for Options {
@@ -259,6 +261,7 @@ impl Default for Options {
             response_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
             upstream: None,
+            allow_routes: Vec::new(),
         }
     }
 }
@@ -317,6 +320,7 @@ pub async fn start(opts: Options) -> Guarded {
         prefill_urls: Vec::new(),
         discovery_interval: Duration::from_secs(30),
         rewrite_models_max_len: true,
+        allow_routes: prefill_guard::inspect::allow::AllowList::new(&opts.allow_routes).unwrap(),
     };
     let app = Arc::new(App::new(&config, guard).unwrap());
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -459,4 +463,40 @@ pub fn ids(n: usize) -> Vec<usize> {
 /// (`<|im_start|>user\n… <|im_end|>\n<|im_start|>assistant\n`).
 pub fn words(n: usize) -> String {
     vec!["hello"; n].join(" ")
+}
+
+/// Lints a `/metrics` exposition with `promtool check metrics`. promtool is
+/// installed by `scripts/install-test-deps.sh`; without it the check skips
+/// locally and fails under CI (or with `PROMTOOL_REQUIRED`).
+#[allow(dead_code)] // not every test binary lints metrics
+pub fn promtool_check_metrics(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        assert!(
+            std::env::var_os("PROMTOOL_REQUIRED").is_none() && std::env::var_os("CI").is_none(),
+            "promtool is required but not installed"
+        );
+        eprintln!("promtool not installed: skipping the exposition lint");
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(text.as_bytes())
+        .expect("promtool reads the exposition");
+    let out = child.wait_with_output().expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
