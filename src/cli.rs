@@ -115,6 +115,14 @@ pub struct ServeArgs {
         value_name = "BOOL"
     )]
     pub rewrite_models_max_len: Option<bool>,
+    /// DANGEROUS: forward this exact canonical path to the upstream uninspected (repeat
+    /// it). Prompt routes are refused at startup. The variable takes a comma-separated list.
+    #[arg(
+        long = "allow-route",
+        env = "PREFILL_GUARD_ALLOW_ROUTES",
+        value_delimiter = ','
+    )]
+    pub allow_routes: Vec<String>,
 }
 
 impl ServeArgs {
@@ -135,6 +143,7 @@ impl ServeArgs {
             prefill_urls: (!self.prefill_urls.is_empty()).then(|| self.prefill_urls.clone()),
             discovery_interval_ms: self.discovery_interval_ms,
             rewrite_models_max_len: self.rewrite_models_max_len,
+            allow_routes: (!self.allow_routes.is_empty()).then(|| self.allow_routes.clone()),
             model: RawModel {
                 name: self.served_model_name.clone(),
                 tokenizer: self.tokenizer.clone(),

@@ -38,6 +38,9 @@ pub struct Config {
     pub discovery_interval: Duration,
     /// Lower `max_model_len` in `GET /v1/models` answers to the guard's limit.
     pub rewrite_models_max_len: bool,
+    /// DANGEROUS: canonical paths forwarded uninspected (`allow_routes`),
+    /// checked at startup to carry no prompt.
+    pub allow_routes: crate::inspect::allow::AllowList,
 }
 
 /// One served model: how to count its prompts and where its limit comes from.
@@ -90,6 +93,8 @@ pub struct RawConfig {
     pub discovery_interval_ms: Option<u64>,
     /// Lower `max_model_len` in `/v1/models` answers (default on).
     pub rewrite_models_max_len: Option<bool>,
+    /// Canonical paths passed through uninspected (dangerous; prompt routes refused).
+    pub allow_routes: Option<Vec<String>>,
     /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
     #[serde(flatten)]
     pub model: RawModel,
@@ -150,6 +155,7 @@ impl RawConfig {
             prefill_urls: over.prefill_urls.or(self.prefill_urls),
             discovery_interval_ms: over.discovery_interval_ms.or(self.discovery_interval_ms),
             rewrite_models_max_len: over.rewrite_models_max_len.or(self.rewrite_models_max_len),
+            allow_routes: over.allow_routes.or(self.allow_routes),
             model: RawModel {
                 name: over.model.name.or(self.model.name),
                 tokenizer: over.model.tokenizer.or(self.model.tokenizer),
@@ -328,6 +334,10 @@ impl Config {
                 None => DEFAULT_DISCOVERY_INTERVAL,
             },
             rewrite_models_max_len: raw.rewrite_models_max_len.unwrap_or(true),
+            allow_routes: crate::inspect::allow::AllowList::new(
+                raw.allow_routes.as_deref().unwrap_or_default(),
+            )
+            .map_err(ConfigError)?,
         })
     }
 

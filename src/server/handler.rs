@@ -126,7 +126,13 @@ async fn guard_and_forward(
     super::framing::check_headers(req.version(), req.headers())?;
     let canonical = path::canonical_path(&request_target(&req))?;
     rec.route = Route::from_path(&canonical);
-    let class = routes::classify(req.method(), &canonical)?;
+    // The operator's allowlist opens a path deliberately (never a prompt route:
+    // checked at startup), whatever the method.
+    let class = if app.allow_routes.allows(&canonical) {
+        RouteClass::PassThrough(canonical.clone())
+    } else {
+        routes::classify(req.method(), &canonical)?
+    };
     let (mut parts, body) = req.into_parts();
     let checked = match class {
         RouteClass::Inspect(route) => inspect(app, route, &parts.headers, body, rec).await?,

@@ -46,6 +46,8 @@ pub struct App {
     /// Lower each model's `max_model_len` in `GET /v1/models` answers to the
     /// guard's limit.
     pub rewrite_models_max_len: bool,
+    /// Canonical paths forwarded uninspected (`allow_routes`).
+    pub allow_routes: crate::inspect::allow::AllowList,
     /// The prefill workers' last answers, for `/metrics` (`None`: static limits only).
     pub discovery: Option<Arc<Discovery>>,
 }
@@ -85,6 +87,7 @@ impl App {
             max_body_bytes: config.max_body_bytes,
             shutdown_grace: config.shutdown_grace,
             rewrite_models_max_len: config.rewrite_models_max_len,
+            allow_routes: config.allow_routes.clone(),
             discovery,
         })
     }
