@@ -28,9 +28,13 @@ pub fn long() -> String {
 pub enum Exp {
     /// Forwarded: the mock receives `path` and a body equal in meaning to `json`.
     Arrive { path: String, json: Value },
-    /// Answered with `status` and never forwarded; `too_long`: refused because
-    /// it was counted over the limit (the body reports a token count).
-    Refused { status: u16, too_long: bool },
+    /// Answered with `status` and never forwarded; `says`: the answer's body
+    /// holds this (`"tokens"`: refused because it was counted over the limit;
+    /// `"framing"`: refused for its framing, not for anything later).
+    Refused {
+        status: u16,
+        says: Option<&'static str>,
+    },
     /// Never answered: the connection was closed after an earlier refusal.
     Dropped,
 }
@@ -193,12 +197,12 @@ pub fn too_long(path: &str) -> Exp {
     if modelled(path) {
         Exp::Refused {
             status: 400,
-            too_long: true,
+            says: Some("tokens"),
         }
     } else {
         Exp::Refused {
             status: 404,
-            too_long: false,
+            says: None,
         }
     }
 }
@@ -213,7 +217,7 @@ pub fn arrives(path: &str, json: Value) -> Exp {
     } else {
         Exp::Refused {
             status: 404,
-            too_long: false,
+            says: None,
         }
     }
 }
@@ -222,15 +226,20 @@ pub fn arrives(path: &str, json: Value) -> Exp {
 pub fn refused_if_modelled(path: &str) -> Exp {
     Exp::Refused {
         status: if modelled(path) { 400 } else { 404 },
-        too_long: false,
+        says: None,
+    }
+}
+
+/// Refused for its framing (and the connection closed).
+pub fn refused_framing() -> Exp {
+    Exp::Refused {
+        status: 400,
+        says: Some("framing"),
     }
 }
 
 pub fn refused(status: u16) -> Exp {
-    Exp::Refused {
-        status,
-        too_long: false,
-    }
+    Exp::Refused { status, says: None }
 }
 
 fn text(v: &Value) -> String {
@@ -577,12 +586,20 @@ pub fn adversarial() -> Vec<Case> {
         let r = route(p);
         let body = text(&(r.body)(&l)).into_bytes();
         let chunks = chunked(&body, 7);
-        let raw = |name: &str, headers: &[(&str, &str)], payload: &[u8]| {
+        let raw_exp = |name: &str, headers: &[(&str, &str)], payload: &[u8], exp: Exp| {
             let mut q = req(&r, payload.to_vec()).framing(Framing::Verbatim);
             for (n, v) in headers {
                 q = q.add_header(n, v);
             }
-            Case::one(format!("framing:{name} {p}"), q, refused(400))
+            Case::one(format!("framing:{name} {p}"), q, exp)
+        };
+        // Refused by hyper before the guard sees it, or by the guard's body read.
+        let raw = |name: &str, headers: &[(&str, &str)], payload: &[u8]| {
+            raw_exp(name, headers, payload, refused(400))
+        };
+        // Refused by the guard's framing check.
+        let ambiguous = |name: &str, headers: &[(&str, &str)], payload: &[u8]| {
+            raw_exp(name, headers, payload, refused_framing())
         };
         let cl = body.len().to_string();
         let chunk_len = chunks.len().to_string();
@@ -601,12 +618,12 @@ pub fn adversarial() -> Vec<Case> {
             long_req(&r).add_header("expect", "100-continue"),
             too_long(p),
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "cl-then-te",
             &[("content-length", &cl), ("transfer-encoding", "chunked")],
             &chunks,
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "te-then-cl",
             &[
                 ("transfer-encoding", "chunked"),
@@ -614,22 +631,22 @@ pub fn adversarial() -> Vec<Case> {
             ],
             &chunks,
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "cl-short-te-long",
             &[("content-length", "5"), ("transfer-encoding", "chunked")],
             &chunks,
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "te-gzip-chunked",
             &[("transfer-encoding", "gzip, chunked")],
             &chunks,
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "te-chunked-chunked",
             &[("transfer-encoding", "chunked, chunked")],
             &chunks,
         ));
-        cases.push(raw(
+        cases.push(ambiguous(
             "te-two-lines",
             &[
                 ("transfer-encoding", "gzip"),
@@ -662,6 +679,47 @@ pub fn adversarial() -> Vec<Case> {
             "content-length-plus",
             &[("content-length", &format!("+{cl}"))],
             &body,
+        ));
+        // Header and chunk spellings other parsers read differently.
+        cases.push(raw(
+            "te-obs-fold",
+            &[("transfer-encoding", "\r\n chunked")],
+            &chunks,
+        ));
+        cases.push(raw(
+            "te-space-before-colon",
+            &[("transfer-encoding ", "chunked")],
+            &chunks,
+        ));
+        cases.push(raw(
+            "te-xchunked",
+            &[("transfer-encoding", "xchunked")],
+            &chunks,
+        ));
+        cases.push(raw(
+            "te-tab-chunked-comma",
+            &[("transfer-encoding", "\tchunked,")],
+            &chunks,
+        ));
+        let bare_lf = String::from_utf8(chunks.clone())
+            .unwrap()
+            .replace("\r\n", "\n");
+        cases.push(raw(
+            "chunk-bare-lf",
+            &[("transfer-encoding", "chunked")],
+            bare_lf.as_bytes(),
+        ));
+        let hex_prefix = [b"0x".as_slice(), &chunks].concat();
+        cases.push(raw(
+            "chunk-size-0x",
+            &[("transfer-encoding", "chunked")],
+            &hex_prefix,
+        ));
+        let overflow = [b"1ffffffffffffffff\r\n".as_slice(), &body].concat();
+        cases.push(raw(
+            "chunk-size-overflow",
+            &[("transfer-encoding", "chunked")],
+            &overflow,
         ));
         let mut http10 = req(&r, chunks.clone())
             .framing(Framing::Verbatim)
@@ -696,12 +754,12 @@ pub fn adversarial() -> Vec<Case> {
             name: format!("pipeline:short-then-cl-te-long {p}"),
             reqs: vec![
                 (req(&r, text(&short)), arrives(p, short.clone())),
-                (smuggle.clone(), refused(400)),
+                (smuggle.clone(), refused_framing()),
             ],
         });
         cases.push(Case {
             name: format!("pipeline:cl-te-then-long-closes {p}"),
-            reqs: vec![(smuggle, refused(400)), (long_req(&r), Exp::Dropped)],
+            reqs: vec![(smuggle, refused_framing()), (long_req(&r), Exp::Dropped)],
         });
     }
     // pydantic's lax coercions.
