@@ -141,6 +141,13 @@ impl Reason {
                         "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
                          Use a shorter input."
                     ),
+                    // Anthropic's own wording, both numbers included.
+                    (ErrorShape::Anthropic, _) => {
+                        format!("prompt is too long: {tokens} tokens > {max} maximum")
+                    }
+                    (ErrorShape::Ollama, _) => format!(
+                        "prompt is too long: {tokens} tokens, the maximum is {max} tokens"
+                    ),
                     (ErrorShape::OpenAi, p) if p != "messages" => format!(
                         "This model's maximum context length is {max} tokens. However, your {p} \
                          resulted in {tokens} tokens. Please reduce the length of the {p}."
@@ -161,6 +168,11 @@ impl Reason {
         let message = self.message(route);
         let value = match route.map_or(ErrorShape::OpenAi, Route::error_shape) {
             ErrorShape::Sglang => json!({ "error": { "message": message } }),
+            ErrorShape::Anthropic => json!({
+                "type": "error",
+                "error": { "type": self.anthropic_error_type(), "message": message },
+            }),
+            ErrorShape::Ollama => json!({ "error": message }),
             ErrorShape::OpenAi => {
                 let (param, code) = match self {
                     Reason::TooLong { .. } => (route.map(Route::prompt_param), self.label()),
@@ -176,6 +188,19 @@ impl Reason {
             }
         };
         Bytes::from(serde_json::to_vec(&value).expect("a json! value serialises"))
+    }
+
+    /// Anthropic's `error.type` for the status, as SGLang's `/v1/messages`
+    /// handlers map it (`anthropic/serving.py::ERROR_TYPE_MAP`).
+    fn anthropic_error_type(&self) -> &'static str {
+        match self.status().as_u16() {
+            400 | 405 | 415 | 422 => "invalid_request_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        }
     }
 
     fn error_type(&self) -> &'static str {
@@ -261,6 +286,30 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("Input length (5 tokens)"));
+    }
+
+    #[test]
+    fn anthropic_and_ollama_shapes() {
+        let r = Reason::TooLong {
+            tokens: 12,
+            limit: 10,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::Messages))).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                   "message": "prompt is too long: 12 tokens > 9 maximum"}})
+        );
+        let v: serde_json::Value =
+            serde_json::from_slice(&Reason::Overloaded.body(Some(Route::Messages))).unwrap();
+        assert_eq!(v["error"]["type"], "overloaded_error");
+        let v: serde_json::Value =
+            serde_json::from_slice(&r.body(Some(Route::OllamaChat))).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), 1);
+        assert!(v["error"].as_str().unwrap().contains("12 tokens"));
+        let v: serde_json::Value = serde_json::from_slice(&r.body(Some(Route::Responses))).unwrap();
+        assert_eq!(v["error"]["param"], "input");
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
     }
 
     #[test]

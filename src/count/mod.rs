@@ -1,7 +1,11 @@
 //! Counting: prompt units → token counts, exactly as SGLang 0.5.23 computes
 //! `len(prompt_ids)`. Nothing in here knows about HTTP.
 
+pub mod anthropic;
+mod chat_api;
+pub mod ollama;
 pub mod preprocess;
+pub mod responses;
 pub mod template;
 pub mod tokenizer;
 
@@ -33,6 +37,22 @@ pub enum Unit {
     Pair(String, String),
     /// One sequence assembled from separately encoded pieces (`/v1/score`).
     Joined(Vec<Piece>),
+    /// A chat-shaped body of another API, turned into a chat prompt exactly as
+    /// SGLang's handler for that API turns it (see [`ChatApi`]).
+    ChatApi(ChatApi, Arc<Value>),
+}
+
+/// The chat-shaped APIs besides OpenAI chat, each with its own conversion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatApi {
+    /// `/v1/responses`: `serving_responses.py::_make_request`, then the chat path.
+    Responses,
+    /// `/v1/messages`: `anthropic/serving.py::_convert_to_chat_completion_request`,
+    /// then the chat path.
+    Anthropic,
+    /// Ollama's `/api/chat`: `apply_chat_template(tokenize=True)` on the bare
+    /// messages, no SGLang preprocessing (`ollama/serving.py::handle_chat`).
+    Ollama,
 }
 
 /// Part of a [`Unit::Joined`] sequence.
@@ -99,6 +119,8 @@ pub struct ModelCounter {
     /// A Qwen3(-VL) reranker template: SGLang then scores rerank requests through
     /// a prompt it renders itself rather than cross-encoder pairs.
     decoder_reranker: bool,
+    /// What the Responses, Anthropic and Ollama conversions need to know about the model.
+    api: chat_api::ModelTraits,
 }
 
 // The counter is shared across request handlers.
@@ -139,16 +161,19 @@ impl ModelCounter {
         };
         let source = chat_template_source(dir, &config)?;
         let decoder_reranker = source.as_deref().is_some_and(is_decoder_reranker_template);
-        let template = match source {
-            Some(source) => ChatTemplate::new(&source)
+        let template = match &source {
+            Some(source) => ChatTemplate::new(source)
                 .map_err(|e| format!("chat template does not compile: {e}")),
             None => Err("this model has no chat template".to_owned()),
         };
+        let api =
+            chat_api::ModelTraits::load(dir, &config, source.as_deref(), template.as_ref().ok())?;
         Ok(Self {
             tokenizer,
             template,
             special_tokens,
             decoder_reranker,
+            api,
         })
     }
 
@@ -163,6 +188,7 @@ impl ModelCounter {
             // `tokenizer(text)`: default `add_special_tokens=True`.
             Unit::Text(text) => self.tokenizer()?.encode_len(text, true),
             Unit::Chat(body) => self.count_chat(body, clock),
+            Unit::ChatApi(api, body) => self.count_chat_api(*api, body, clock),
             Unit::Pair(_, _) if self.decoder_reranker => Err(CountError::Unsupported(
                 "rerank on a decoder reranker (Qwen3 reranker template) is not modelled by the guard"
                     .into(),
@@ -208,7 +234,11 @@ impl ModelCounter {
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
     /// `_append_assistant_prefix_to_prompt_ids`.
     fn count_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
-        let inputs = match preprocess::prepare(body, self.content_format())? {
+        self.count_prepared(preprocess::prepare(body, self.content_format())?, clock)
+    }
+
+    fn count_prepared(&self, prepared: Prepared, clock: Clock) -> Result<usize, CountError> {
+        let inputs = match prepared {
             Prepared::Ids(n) => return Ok(n),
             Prepared::Template(inputs) => inputs,
         };
@@ -295,4 +325,3 @@ fn is_decoder_reranker_template(source: &str) -> bool {
     t.contains("answer can only be \"yes\" or \"no\"")
         || (t.contains("answer can only be") && t.contains("\"yes\"") && t.contains("\"no\""))
 }
-

@@ -38,6 +38,26 @@ const GENERIC_ROLES: [&str; 7] = [
     "root",
 ];
 
+/// Which stages of SGLang's chat path a request goes through besides pydantic
+/// validation and `_process_messages`. The default is `/v1/chat/completions`
+/// (and `/invocations`, and Anthropic's `/v1/messages`, which call the same
+/// handler methods); `/v1/responses` builds its `ChatCompletionRequest` and calls
+/// `_process_messages` directly (`serving_responses.py::_make_request`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    /// Skip `_validate_request` (its request checks and the tool-schema type
+    /// rewrite); `_validate_media_content` still runs.
+    pub skip_validate_request: bool,
+    /// Skip `_convert_to_internal_request`, whose pop of
+    /// `chat_template_kwargs["reasoning_effort"]` then does not happen: the key
+    /// stays a template kwarg and overrides `reasoning_effort`, even with `null`.
+    pub skip_convert_to_internal: bool,
+    /// A `reasoning_effort` assigned to the built request after validation
+    /// (Anthropic's `output_config.effort`): no validator sees it, so it sets no
+    /// `thinking` kwargs.
+    pub assigned_reasoning_effort: Option<Value>,
+}
+
 /// What SGLang renders for a chat request, or the ids it takes verbatim.
 #[derive(Debug)]
 pub enum Prepared {
@@ -561,6 +581,15 @@ enum ToolChoice {
 /// Runs SGLang's chat preprocessing on a raw body. `format` is the template's
 /// content format (`detect_jinja_template_content_format`).
 pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountError> {
+    prepare_with(body, format, &Options::default())
+}
+
+/// [`prepare`] for a request that reaches `_process_messages` another way (see [`Options`]).
+pub fn prepare_with(
+    body: &Value,
+    format: ContentFormat,
+    opts: &Options,
+) -> Result<Prepared, CountError> {
     let top = body
         .as_object()
         .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
@@ -794,25 +823,32 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
         }
     }
 
+    // Assigned after construction: no validator runs on it.
+    if let Some(effort) = &opts.assigned_reasoning_effort {
+        reasoning_effort = Some(effort.clone());
+    }
+
     // --- `_validate_request` ----------------------------------------------------------
-    if messages.is_empty() {
+    let validate = !opts.skip_validate_request;
+    if validate && messages.is_empty() {
         return Err(invalid("Messages cannot be empty."));
     }
-    if ctk
-        .as_ref()
-        .is_some_and(|m| !m.is_empty() && m.contains_key("chat_template"))
+    if validate
+        && ctk
+            .as_ref()
+            .is_some_and(|m| !m.is_empty() && m.contains_key("chat_template"))
     {
         return Err(invalid(
             "Request-supplied chat_template is not allowed. Start the server with --trust-request-chat-template to permit it.",
         ));
     }
     let flag = |key: &str| top.get(key).and_then(lax_bool).unwrap_or(false);
-    if flag("return_sampling_mask") && !flag("return_meta_info") {
+    if validate && flag("return_sampling_mask") && !flag("return_meta_info") {
         return Err(invalid(
             "return_sampling_mask requires return_meta_info=true.",
         ));
     }
-    if flag("return_flat_raw_output_top_logprobs") && !flag("return_meta_info") {
+    if validate && flag("return_flat_raw_output_top_logprobs") && !flag("return_meta_info") {
         return Err(invalid(
             "return_flat_raw_output_top_logprobs requires return_meta_info=true.",
         ));
@@ -852,12 +888,12 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
         }))
         .collect();
     let has_effective_tools = !effective_names.is_empty();
-    if matches!(tool_choice, ToolChoice::Required) && !has_effective_tools {
+    if validate && matches!(tool_choice, ToolChoice::Required) && !has_effective_tools {
         return Err(invalid(
             "Tools cannot be empty if tool choice is set to required.",
         ));
     }
-    if let ToolChoice::Named(name) = &tool_choice {
+    if let (true, ToolChoice::Named(name)) = (validate, &tool_choice) {
         if !has_effective_tools {
             return Err(invalid(
                 "Tools cannot be empty if tool choice is set to a specific tool.",
@@ -868,7 +904,7 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
             return Err(invalid(format!("Tool '{shown}' not found in tools list.")));
         }
     }
-    if !message_tools.is_empty() {
+    if validate && !message_tools.is_empty() {
         let mut seen = std::collections::HashSet::new();
         if !effective_names.iter().all(|n| seen.insert(n.as_str())) {
             return Err(invalid(
@@ -879,7 +915,12 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
     // Tool schemas: the type rewrite mutates the request's tools in place, so the
     // rewritten schema is what the template renders.
     let mut message_tool_params: Vec<(usize, usize, Value)> = Vec::new();
-    for i in 0..request_tool_count + message_tools.len() {
+    let checked_tools = if validate {
+        request_tool_count + message_tools.len()
+    } else {
+        0
+    };
+    for i in 0..checked_tools {
         let params: Option<&mut Value> = if i < request_tool_count {
             tools
                 .as_mut()
@@ -918,7 +959,7 @@ pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountErr
     }
 
     // --- `_convert_to_internal_request` ---------------------------------------------
-    if let Some(m) = ctk.as_mut() {
+    if let (false, Some(m)) = (opts.skip_convert_to_internal, ctk.as_mut()) {
         if !m.is_empty() {
             if let Some(v) = m.shift_remove("reasoning_effort") {
                 if !v.is_null() {
@@ -1031,6 +1072,16 @@ fn apply_chat_template_arguments(
                 "apply_chat_template() got multiple values for keyword argument '{key}'"
             )));
         }
+    }
+    // `chat_template=` replaces the model's template. `_validate_request` refuses it,
+    // but `/v1/responses` skips that check and SGLang renders the client's template.
+    match extra.shift_remove("chat_template") {
+        None | Some(Value::Null) => {}
+        Some(_) => return Err(CountError::Unsupported(
+            "chat_template_kwargs.chat_template: SGLang would render a template supplied by the \
+                 request; the guard does not count prompts with client templates"
+                .into(),
+        )),
     }
     // Consumed; with tokenize=False they have no effect.
     for key in [

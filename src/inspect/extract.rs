@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Route;
-use crate::count::{Piece, Unit};
+use crate::count::{ollama, ChatApi, Piece, Unit};
 use crate::errors::Reason;
 
 /// A request reduced to what counting needs.
@@ -42,6 +42,12 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
         Route::Rerank => rerank_units(obj)?,
         Route::Score => score_units(obj)?,
         Route::VertexGenerate => vertex_units(obj)?,
+        // `/invocations` is SGLang's chat handler under SageMaker's path.
+        Route::Invocations => vec![Unit::Chat(body.clone())],
+        Route::Responses => vec![Unit::ChatApi(ChatApi::Responses, body.clone())],
+        Route::Messages => vec![Unit::ChatApi(ChatApi::Anthropic, body.clone())],
+        Route::OllamaChat => vec![Unit::ChatApi(ChatApi::Ollama, body.clone())],
+        Route::OllamaGenerate => ollama::generate_units(obj)?,
     };
     let batch = is_batch(route, obj, &units);
     Ok(PromptRequest {
@@ -56,7 +62,12 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
 /// list of one; rerank, score and vertex always answer per item.
 fn is_batch(route: Route, obj: &serde_json::Map<String, Value>, units: &[Unit]) -> bool {
     let field = match route {
-        Route::ChatCompletions => return false,
+        Route::ChatCompletions
+        | Route::Invocations
+        | Route::Responses
+        | Route::Messages
+        | Route::OllamaChat
+        | Route::OllamaGenerate => return false,
         Route::Rerank | Route::Score | Route::VertexGenerate => return true,
         Route::Completions => obj.get("prompt"),
         Route::Embeddings | Route::ClassifyV1 => obj.get("input"),
@@ -543,7 +554,7 @@ mod tests {
                         Unit::Text(t) => format!("text:{}", t.len()),
                         Unit::Ids(n) => format!("ids:{n}"),
                         Unit::Embeds(n) => format!("embeds:{n}"),
-                        Unit::Chat(_) => "chat".into(),
+                        Unit::Chat(_) | Unit::ChatApi(..) => "chat".into(),
                         Unit::Pair(a, b) => format!("pair:{}+{}", a.len(), b.len()),
                         Unit::Joined(pieces) => format!("joined:{}", pieces.len()),
                     })

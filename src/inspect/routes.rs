@@ -17,6 +17,11 @@ pub enum Route {
     Rerank,
     Score,
     VertexGenerate,
+    Responses,
+    Messages,
+    Invocations,
+    OllamaChat,
+    OllamaGenerate,
 }
 
 /// How a route's errors look to its clients.
@@ -26,6 +31,10 @@ pub enum ErrorShape {
     OpenAi,
     /// SGLang's native `{"error":{"message"}}` (`http_server.py::_create_error_response`).
     Sglang,
+    /// Anthropic's `{"type":"error","error":{"type","message"}}` (`/v1/messages`).
+    Anthropic,
+    /// Ollama's `{"error":"message"}` (`/api/chat`, `/api/generate`).
+    Ollama,
 }
 
 /// Every inspected route: canonical path, methods SGLang serves it on, the
@@ -100,6 +109,42 @@ const ROUTES: &[(Route, &str, &[&str], &str, ErrorShape)] = &[
         &["POST"],
         "instances",
         ErrorShape::Sglang,
+    ),
+    (
+        Route::Responses,
+        "/v1/responses",
+        &["POST"],
+        "input",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::Messages,
+        "/v1/messages",
+        &["POST"],
+        "messages",
+        ErrorShape::Anthropic,
+    ),
+    // SageMaker: the chat handler under another path.
+    (
+        Route::Invocations,
+        "/invocations",
+        &["POST"],
+        "messages",
+        ErrorShape::OpenAi,
+    ),
+    (
+        Route::OllamaChat,
+        "/api/chat",
+        &["POST"],
+        "messages",
+        ErrorShape::Ollama,
+    ),
+    (
+        Route::OllamaGenerate,
+        "/api/generate",
+        &["POST"],
+        "prompt",
+        ErrorShape::Ollama,
     ),
 ];
 

@@ -1,0 +1,476 @@
+//! Counting the chat-shaped APIs besides OpenAI chat (`/v1/responses`,
+//! `/v1/messages`, Ollama's `/api/chat`): what each conversion needs to know
+//! about the model, and how a converted request is counted.
+
+use std::path::Path;
+
+use serde_json::{json, Map, Value};
+
+use super::preprocess::{self, Options};
+use super::template::{ChatTemplate, RenderContext};
+use super::tokenizer::TokenizerConfig;
+use super::{anthropic, ollama, responses, ChatApi, Clock, CountError, LoadError, ModelCounter};
+
+/// A request converted to the `ChatCompletionRequest` SGLang builds from it:
+/// the body pydantic validates, plus how it then travels the chat path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted {
+    pub body: Value,
+    pub options: Options,
+}
+
+/// What the conversions depend on besides the request.
+#[derive(Debug, Clone)]
+pub(super) struct ModelTraits {
+    /// `OpenAIServingChat.supports_inline_system`, or `None` when the guard
+    /// cannot reproduce SGLang's probe for this template (both readings are
+    /// then counted and the larger count is used).
+    inline_system: Option<bool>,
+    /// `hf_config.model_type == "gpt_oss"`: SGLang renders `/v1/responses`
+    /// with openai-harmony instead of the chat template.
+    harmony: bool,
+}
+
+impl ModelTraits {
+    pub(super) fn load(
+        dir: &Path,
+        config: &TokenizerConfig,
+        source: Option<&str>,
+        template: Option<&ChatTemplate>,
+    ) -> Result<Self, LoadError> {
+        let inline_system = match (source, template) {
+            (Some(source), Some(template)) => probe_inline_system(source, template),
+            // No template: `detect_inline_system_support(None)` is False. (A template
+            // that does not compile makes every chat request fail anyway.)
+            _ => Some(false),
+        };
+        Ok(Self {
+            inline_system,
+            harmony: is_harmony_model(dir, config, source)?,
+        })
+    }
+}
+
+/// `hf_config.model_type == "gpt_oss"` from `config.json`. Without a
+/// `config.json` (a tokenizer-only directory) the guard cannot see the model
+/// type, so a harmony-format vocabulary or template counts as gpt-oss: the
+/// Responses API is then refused rather than counted the wrong way.
+fn is_harmony_model(
+    dir: &Path,
+    config: &TokenizerConfig,
+    source: Option<&str>,
+) -> Result<bool, LoadError> {
+    let path = dir.join("config.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            if let Ok(Value::Object(cfg)) = serde_json::from_slice::<Value>(&bytes) {
+                if let Some(Value::String(t)) = cfg.get("model_type") {
+                    return Ok(t == "gpt_oss");
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(LoadError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })
+        }
+    }
+    const MARK: &str = "<|channel|>";
+    let in_config = config
+        .get("added_tokens_decoder")
+        .is_some_and(|t| t.to_string().contains(MARK));
+    Ok(in_config || source.is_some_and(|s| s.contains(MARK)))
+}
+
+const SENTINEL: &str = "__sglang_inline_system_sentinel__";
+
+/// `template_detection.py::detect_inline_system_support`: SGLang renders the
+/// template with a plain Jinja2 sandbox (no transformers globals, no special
+/// tokens, `tools`/`documents` undefined) on `system, user, system(sentinel),
+/// user` and checks that the sentinel comes out; any exception means False.
+///
+/// The guard renders with its transformers environment instead, on a copy of
+/// the template made to see what plain Jinja2 sees: `is defined` tests on the
+/// names plain Jinja2 lacks (`tools`, `documents`, `strftime_now`,
+/// `raise_exception`) become constants, a remaining `strftime_now(...)` call
+/// raises, and `tools`/`documents` are empty lists (falsy, empty when
+/// iterated, `not none`, like Jinja2's Undefined). A `{% generation %}` tag
+/// does not compile in plain Jinja2: False. What the guard still cannot
+/// reproduce (`tojson` keyword arguments plain Jinja2 lacks) gives `None`.
+fn probe_inline_system(source: &str, template: &ChatTemplate) -> Option<bool> {
+    if has_generation_tag(source) {
+        return Some(false);
+    }
+    if source.contains("tojson(")
+        && ["ensure_ascii", "separators", "sort_keys"]
+            .iter()
+            .any(|k| source.contains(k))
+    {
+        return None;
+    }
+    let plain = plain_jinja_view(source);
+    if plain.contains("strftime_now") {
+        return None;
+    }
+    let compiled;
+    let template = if plain == source {
+        template
+    } else {
+        compiled = ChatTemplate::new(&plain).ok()?;
+        &compiled
+    };
+    let messages = json!([
+        {"role": "system", "content": "t"},
+        {"role": "user", "content": "t"},
+        {"role": "system", "content": SENTINEL},
+        {"role": "user", "content": "t"},
+    ]);
+    let empty = json!([]);
+    let extra = Map::new();
+    let ctx = RenderContext {
+        messages: &messages,
+        tools: Some(&empty),
+        documents: Some(&empty),
+        add_generation_prompt: false,
+        special_tokens: &[],
+        extra: &extra,
+        now: chrono::NaiveDateTime::default(),
+    };
+    Some(
+        template
+            .render(&ctx)
+            .is_ok_and(|text| text.contains(SENTINEL)),
+    )
+}
+
+/// `{% generation %}` (transformers' AssistantTracker extension).
+fn has_generation_tag(source: &str) -> bool {
+    source.match_indices("{%").any(|(i, _)| {
+        let rest = source[i + 2..].trim_start_matches(['-', '+']).trim_start();
+        rest.strip_prefix("generation")
+            .is_some_and(|r| r.starts_with(|c: char| c.is_whitespace() || c == '-' || c == '%'))
+    })
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The template as plain Jinja2 sees it: `NAME is [not] defined|undefined`
+/// tests on names it does not define become `true`/`false`, and a remaining
+/// `strftime_now(` call becomes `raise_exception(` (calling an undefined name
+/// raises there too).
+fn plain_jinja_view(source: &str) -> String {
+    const UNDEFINED: [&str; 4] = ["tools", "documents", "strftime_now", "raise_exception"];
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    'scan: while i < source.len() {
+        let rest = &source[i..];
+        let boundary = source[..i].chars().next_back().is_none_or(|c| !is_ident(c));
+        if boundary {
+            for name in UNDEFINED {
+                let Some(after) = rest.strip_prefix(name) else {
+                    continue;
+                };
+                if after.starts_with(is_ident) {
+                    continue;
+                }
+                if let Some((len, value)) = defined_test(after) {
+                    out.push_str(if value { "true" } else { "false" });
+                    i += name.len() + len;
+                    continue 'scan;
+                }
+            }
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out.replace("strftime_now(", "raise_exception(")
+}
+
+/// After a name: `is [not] defined|undefined` → (length, value of the test on
+/// an undefined name).
+fn defined_test(after: &str) -> Option<(usize, bool)> {
+    let words = |s: &str| -> Option<(usize, usize)> {
+        // (whitespace length, word length) of the next word.
+        let ws = s.len() - s.trim_start().len();
+        (ws > 0).then_some(())?;
+        let w = s[ws..].find(|c: char| !is_ident(c)).unwrap_or(s.len() - ws);
+        Some((ws, w))
+    };
+    let (ws1, w1) = words(after)?;
+    let mut pos = ws1;
+    if &after[pos..pos + w1] != "is" {
+        return None;
+    }
+    pos += w1;
+    let (ws2, w2) = words(&after[pos..])?;
+    pos += ws2;
+    let mut negated = false;
+    let mut word = &after[pos..pos + w2];
+    if word == "not" {
+        negated = true;
+        pos += w2;
+        let (ws3, w3) = words(&after[pos..])?;
+        pos += ws3;
+        word = &after[pos..pos + w3];
+    }
+    let defined = match word {
+        "defined" => false,
+        "undefined" => true,
+        _ => return None,
+    };
+    Some((pos + word.len(), defined != negated))
+}
+
+impl ModelCounter {
+    /// SGLang's `supports_inline_system` for this model's template as the guard
+    /// reads it, `None` when it cannot tell (then both readings are counted).
+    pub fn inline_system_support(&self) -> Option<bool> {
+        self.api.inline_system
+    }
+
+    pub(super) fn count_chat_api(
+        &self,
+        api: ChatApi,
+        body: &Value,
+        clock: Clock,
+    ) -> Result<usize, CountError> {
+        match api {
+            ChatApi::Ollama => self.count_ollama_chat(body, clock),
+            ChatApi::Anthropic => {
+                self.count_converted(|inline| anthropic::convert(body, inline), clock)
+            }
+            ChatApi::Responses => {
+                if self.api.harmony {
+                    // The request's own refusals (server-side state, built-in tools) first.
+                    responses::convert(body, false)?;
+                    return Err(CountError::Unsupported(
+                        "/v1/responses on a gpt-oss (harmony) model is refused: SGLang renders it with \
+                         openai-harmony, not the chat template, and the guard does not model that encoding"
+                            .into(),
+                    ));
+                }
+                self.count_converted(|inline| responses::convert(body, inline), clock)
+            }
+        }
+    }
+
+    /// Counts a converted request. When the template's inline-system support is
+    /// unknown, both conversions are counted and the larger count wins; a
+    /// reading that fails is skipped (if it is SGLang's, SGLang refuses the
+    /// request itself), and only when both fail is the request refused.
+    fn count_converted(
+        &self,
+        convert: impl Fn(bool) -> Result<Converted, CountError>,
+        clock: Clock,
+    ) -> Result<usize, CountError> {
+        let readings: &[bool] = match self.api.inline_system {
+            Some(true) => &[true],
+            Some(false) => &[false],
+            None => &[true, false],
+        };
+        let mut seen: Vec<Converted> = Vec::with_capacity(2);
+        let mut best: Option<usize> = None;
+        let mut first_error = None;
+        for &inline in readings {
+            let counted = convert(inline).and_then(|c| {
+                if seen.contains(&c) {
+                    return Ok(None);
+                }
+                let prepared = preprocess::prepare_with(&c.body, self.content_format(), &c.options);
+                seen.push(c);
+                self.count_prepared(prepared?, clock).map(Some)
+            });
+            match counted {
+                Ok(Some(n)) => best = best.max(Some(n)),
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match (best, first_error) {
+            (Some(n), _) => Ok(n),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(0),
+        }
+    }
+
+    /// `tokenizer.apply_chat_template(messages, tokenize=True,
+    /// add_generation_prompt=True, return_dict=False)`: the template with no
+    /// tools and no kwargs, encoded with `add_special_tokens=False`; no retry.
+    fn count_ollama_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
+        let messages = ollama::chat_messages(body)?;
+        let template = self
+            .template
+            .as_ref()
+            .map_err(|e| CountError::Template(e.clone()))?;
+        let extra = Map::new();
+        let text = template
+            .render(&RenderContext {
+                messages: &messages,
+                tools: None,
+                documents: None,
+                add_generation_prompt: true,
+                special_tokens: &self.special_tokens,
+                extra: &extra,
+                now: clock.now(),
+            })
+            .map_err(|e| CountError::Template(e.to_string()))?;
+        self.tokenizer()?.encode_len(&text, false)
+    }
+}
+
+/// Python's `str.strip()`: Unicode whitespace plus the ASCII separators
+/// U+001C..U+001F, which `str.isspace()` counts and Rust does not.
+pub(crate) fn py_strip(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::count::preprocess::Prepared;
+    use crate::count::ContentFormat;
+
+    /// Order-sensitive equality (key order is what a template iterates), with
+    /// numbers compared by value (`1` and `1.0` are equal, as in Python).
+    fn same(a: &Value, b: &Value) -> bool {
+        match (a, b) {
+            (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
+            (Value::Array(x), Value::Array(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(y)
+                        .all(|((k1, v1), (k2, v2))| k1 == k2 && same(v1, v2))
+            }
+            _ => a == b,
+        }
+    }
+
+    /// Every conversion case against what SGLang 0.5.23's own code passes to
+    /// `apply_chat_template` (`testdata/gen_chat_api.py` ran SGLang's handlers
+    /// on each body, for each inline-system reading and content format).
+    #[test]
+    fn conversions_match_sglang() {
+        let cases: Vec<Value> =
+            serde_json::from_str(include_str!("testdata/chat_api_expected.json")).unwrap();
+        let mut failures = Vec::new();
+        let mut checked = 0;
+        for case in &cases {
+            let name = case["name"].as_str().unwrap();
+            let api = case["api"].as_str().unwrap();
+            for setting in case["settings"].as_array().unwrap() {
+                let inline = setting["inline_system"].as_bool().unwrap();
+                let format = match setting["format"].as_str().unwrap() {
+                    "openai" => ContentFormat::OpenAi,
+                    _ => ContentFormat::String,
+                };
+                let converted = match api {
+                    "responses" => responses::convert(&case["body"], inline),
+                    _ => anthropic::convert(&case["body"], inline),
+                };
+                let got =
+                    converted.and_then(|c| preprocess::prepare_with(&c.body, format, &c.options));
+                let label = format!("{api}/{name} inline={inline} format={format:?}");
+                checked += 1;
+                match (&setting["expect"], got) {
+                    (Value::String(e), Err(CountError::Unsupported(_))) if e == "guard_refuses" => {
+                    }
+                    (Value::String(e), Err(_)) if e == "sglang_refuses" => {}
+                    (Value::Object(want), Ok(Prepared::Template(inputs))) => {
+                        let tools = inputs.tools.clone().unwrap_or(Value::Null);
+                        let extra = Value::Object(inputs.extra.clone());
+                        for (what, got, want) in [
+                            ("messages", &inputs.messages, &want["messages"]),
+                            ("tools", &tools, &want["tools"]),
+                            ("extra", &extra, &want["extra"]),
+                        ] {
+                            if !same(got, want) {
+                                failures
+                                    .push(format!("{label}: {what}\n  got  {got}\n  want {want}"));
+                            }
+                        }
+                        if inputs.assistant_prefix.is_some() || inputs.documents.is_some() {
+                            failures.push(format!("{label}: unexpected prefix/documents"));
+                        }
+                    }
+                    (want, got) => failures.push(format!("{label}: want {want}, got {got:?}")),
+                }
+            }
+        }
+        assert!(checked > 200, "only {checked} cases");
+        assert!(
+            failures.is_empty(),
+            "{} mismatches:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+
+    #[test]
+    fn py_strip_matches_python() {
+        // " \x1c\t a \u{3000}".strip() == "a"; "\u{200b}a".strip() keeps the ZWSP.
+        assert_eq!(py_strip(" \u{1c}\t a \u{3000}"), "a");
+        assert_eq!(py_strip("\u{200b}a"), "\u{200b}a");
+        assert_eq!(py_strip("\u{85}\u{a0}"), "");
+    }
+
+    #[test]
+    fn plain_jinja_view_of_a_template() {
+        assert_eq!(
+            plain_jinja_view("{% if tools is defined and tools is not none %}x{% endif %}"),
+            "{% if false and tools is not none %}x{% endif %}"
+        );
+        assert_eq!(
+            plain_jinja_view(
+                "{%- if strftime_now is\n  defined %}{{ strftime_now('%d') }}{% endif %}"
+            ),
+            "{%- if false %}{{ raise_exception('%d') }}{% endif %}"
+        );
+        assert_eq!(
+            plain_jinja_view(
+                "{{ mytools is defined }}{{ documents is not  undefined }}{{ tools is none }}"
+            ),
+            "{{ mytools is defined }}{{ false }}{{ tools is none }}"
+        );
+        assert!(has_generation_tag(
+            "{% for m in messages %}{%- generation %}x{% endgeneration %}{% endfor %}"
+        ));
+        assert!(!has_generation_tag(
+            "{% if add_generation_prompt %}{% endif %}"
+        ));
+    }
+
+    /// Expected values: SGLang 0.5.23's `detect_inline_system_support` on the
+    /// same sources (True, False, False, True, False, False, False); the guard
+    /// answers `None` where it cannot reproduce plain Jinja2 (`tojson` kwargs).
+    #[test]
+    fn inline_system_probe() {
+        let probe = |src: &str| probe_inline_system(src, &ChatTemplate::new(src).unwrap());
+        let inline = "{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(probe(inline), Some(true));
+        let first_only = "{{ messages[0].content }}{% for m in messages[1:] %}{% if m.role != 'system' %}{{ m.content }}{% endif %}{% endfor %}";
+        assert_eq!(probe(first_only), Some(false));
+        let raises = "{% for m in messages %}{% if m.role == 'system' and not loop.first %}{{ raise_exception('no') }}{% endif %}{{ m.content }}{% endfor %}";
+        assert_eq!(probe(raises), Some(false));
+        // Plain Jinja2 takes the `else` branch; the sentinel still renders.
+        let dated = "{% if strftime_now is defined %}{{ strftime_now('%Y') }}{% else %}d{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(probe(dated), Some(true));
+        // An unguarded strftime_now call raises in plain Jinja2.
+        let undated = "{{ strftime_now('%Y') }}{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(probe(undated), Some(false));
+        let generation =
+            "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}";
+        assert_eq!(probe(generation), Some(false));
+        let kwargs = "{% for m in messages %}{{ m | tojson(ensure_ascii=False) }}{% endfor %}";
+        assert_eq!(probe(kwargs), None);
+    }
+}
