@@ -233,6 +233,13 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
 
     // --- `_construct_input_messages` ---------------------------------------------
     let messages = construct_input_messages(instructions, &input, inline_system)?;
+    if messages.is_empty() {
+        // transformers' `apply_chat_template` raises before rendering.
+        return Err(invalid_param(
+            "Cannot apply chat template to an empty conversation. Provide at least one message.",
+            "input",
+        ));
+    }
 
     // --- `_make_request` ------------------------------------------------------------
     let chat_tools: Vec<Value> = tools.iter().filter_map(chat_tool).collect();

@@ -166,6 +166,9 @@ def _recording_render(self, messages, *, tools, template_kwargs, encode_kwargs, 
     RECORD.append({"messages": copy.deepcopy(messages), "tools": copy.deepcopy(tools),
                    "extra": copy.deepcopy(template_kwargs)})
     if getattr(self.tokenizer_manager.tokenizer, "fake", False):
+        if not messages:
+            # What transformers' apply_chat_template raises first, before rendering.
+            raise ValueError("Cannot apply chat template to an empty conversation.")
         return [], None
     return _orig_render(self, messages, tools=tools, template_kwargs=template_kwargs,
                         encode_kwargs=encode_kwargs, use_cache=use_cache,
@@ -393,6 +396,8 @@ RESPONSES = [
                                 "tool_choice": {"type": "function", "name": "nope"}, "input": "Go"}),
     ("error_item_reference", {"model": "m", "input": [{"type": "item_reference", "id": "x"}]}),
     ("error_no_model", {"input": "Hi"}),
+    ("error_empty_input", {"model": "m", "input": []}),
+    ("error_only_empty_reasoning", {"model": "m", "input": [{"type": "reasoning", "summary": []}]}),
     ("error_image", {"model": "m", "input": [{"role": "user", "content": [
         {"type": "input_image", "image_url": "https://example.com/x.png"}]}]}),
     ("error_unknown_part", {"model": "m", "input": [{"role": "user", "content": [
@@ -495,6 +500,8 @@ ANTHROPIC = [
         {"type": "text", "text": "hi"}, {"type": "tool_use", "id": "u1", "name": "f", "input": {"a": 1}}]}]}),
     ("trailing_assistant", {"model": "m", "max_tokens": 16, "messages": [
         {"role": "user", "content": "Q"}, {"role": "assistant", "content": "Sure,"}]}),
+    ("only_tool_result", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "x", "content": "r"}]}]}),
     ("error_thinking_enabled", {"model": "m", "max_tokens": 16, "thinking": {"type": "enabled", "budget_tokens": 2048},
                                 "messages": [{"role": "user", "content": "Hi"}]}),
     ("error_thinking_adaptive", {"model": "m", "max_tokens": 16, "thinking": {"type": "adaptive"},
