@@ -257,7 +257,11 @@ async fn bodies_over_the_cap_are_refused_with_413() {
 async fn unknown_routes_and_methods_are_refused() {
     let g = guard().await;
     // SGLang's admin and internal endpoints are not modelled: default deny.
-    for path in ["/flush_cache", "/update_weights_from_disk", "/abort_request"] {
+    for path in [
+        "/flush_cache",
+        "/update_weights_from_disk",
+        "/abort_request",
+    ] {
         let a = g.post(path, &json!({"input": "x"})).await;
         assert_eq!(
             (a.status.as_u16(), a.error_code().as_str()),
