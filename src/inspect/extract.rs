@@ -33,6 +33,16 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => return Err(invalid("`model` must be a string", Some("model"))),
     };
+    // Chat, completions, /generate and the others all accept these: a session
+    // prepends server-side history (`session/session_controller.py`) the guard
+    // cannot see, so the body's length is not the prompt's.
+    for field in ["session_params", "session_id"] {
+        if obj.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(Reason::Unmeasurable(format!(
+                "`{field}` is refused: a session prepends server-side history the guard cannot see"
+            )));
+        }
+    }
     let units = match route {
         Route::ChatCompletions => vec![Unit::Chat(body.clone())],
         Route::Completions => completions_units(obj.get("prompt"))?,
@@ -847,5 +857,25 @@ mod tests {
             units(Route::Generate, json!({"input_ids": [1.5]})).unwrap_err(),
             "invalid_request"
         );
+    }
+
+    #[test]
+    fn sessions_are_refused_on_every_route() {
+        for route in [
+            Route::ChatCompletions,
+            Route::Completions,
+            Route::Generate,
+            Route::Embeddings,
+        ] {
+            for field in ["session_params", "session_id"] {
+                let mut body = json!({"messages": [], "prompt": "a", "text": "a", "input": "a"});
+                body[field] = json!({"id": "s"});
+                assert_eq!(
+                    units(route, body).unwrap_err(),
+                    "unmeasurable_content",
+                    "{route:?} {field}"
+                );
+            }
+        }
     }
 }
