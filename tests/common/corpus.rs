@@ -933,6 +933,16 @@ pub fn adversarial() -> Vec<Case> {
             json!({"text": "hello", "session_params": {"id": "s1", "rid": "r1"}}),
         ),
         (
+            "chat-session-params",
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hello"}], "session_params": {"id": "s1"}}),
+        ),
+        (
+            "completions-session-id",
+            "/v1/completions",
+            json!({"prompt": "hello", "session_id": "s1"}),
+        ),
+        (
             "vertex-session",
             "/vertex_generate",
             json!({"instances": [{"text": "hello"}], "parameters": {"session_params": {"id": "s1"}}}),
