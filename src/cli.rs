@@ -80,6 +80,16 @@ pub struct ServeArgs {
     /// Tokens subtracted from every limit on top.
     #[arg(long, env = "PREFILL_GUARD_SAFETY_MARGIN_TOKENS")]
     pub safety_margin_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per image, a configured upper bound
+    /// (default: images refused).
+    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_IMAGE_TOKENS")]
+    pub multimodal_image_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per video, an upper bound (default: refused).
+    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_VIDEO_TOKENS")]
+    pub multimodal_video_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per audio clip, an upper bound (default: refused).
+    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_AUDIO_TOKENS")]
+    pub multimodal_audio_tokens: Option<usize>,
     #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES")]
     pub max_body_bytes: Option<usize>,
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_CONNECT_TIMEOUT_MS")]
@@ -152,6 +162,9 @@ impl ServeArgs {
                 prefill_pool_tokens: self.prefill_pool_tokens,
                 context_length: self.context_length,
                 safety_margin_tokens: None,
+                multimodal_image_tokens: self.multimodal_image_tokens,
+                multimodal_video_tokens: self.multimodal_video_tokens,
+                multimodal_audio_tokens: self.multimodal_audio_tokens,
             },
             models: Vec::new(),
         }

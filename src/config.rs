@@ -60,6 +60,10 @@ pub struct ModelConfig {
     pub max_req_input_len: Option<usize>,
     /// Subtracted from a discovered limit (the static one has it subtracted already).
     pub safety_margin_tokens: usize,
+    /// The multimodal opt-in (`multimodal_{image,video,audio}_tokens`): a
+    /// configured upper bound of tokens per media item, counted into L. A kind
+    /// without one is refused.
+    pub media: crate::count::MediaBounds,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
@@ -115,6 +119,12 @@ pub struct RawModel {
     /// SGLang's `context_len`.
     pub context_length: Option<usize>,
     pub safety_margin_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per image (an upper bound); absent: images refused.
+    pub multimodal_image_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per video (an upper bound); absent: videos refused.
+    pub multimodal_video_tokens: Option<usize>,
+    /// Multimodal opt-in: tokens charged per audio clip (an upper bound); absent: audio refused.
+    pub multimodal_audio_tokens: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +183,18 @@ impl RawConfig {
                     .model
                     .safety_margin_tokens
                     .or(self.model.safety_margin_tokens),
+                multimodal_image_tokens: over
+                    .model
+                    .multimodal_image_tokens
+                    .or(self.model.multimodal_image_tokens),
+                multimodal_video_tokens: over
+                    .model
+                    .multimodal_video_tokens
+                    .or(self.model.multimodal_video_tokens),
+                multimodal_audio_tokens: over
+                    .model
+                    .multimodal_audio_tokens
+                    .or(self.model.multimodal_audio_tokens),
             },
             models: if over.models.is_empty() {
                 self.models
@@ -229,12 +251,28 @@ impl RawModel {
             })?),
             None => None,
         };
+        for (key, bound) in [
+            ("multimodal_image_tokens", self.multimodal_image_tokens),
+            ("multimodal_video_tokens", self.multimodal_video_tokens),
+            ("multimodal_audio_tokens", self.multimodal_audio_tokens),
+        ] {
+            if bound == Some(0) {
+                return Err(ConfigError(format!(
+                    "model `{name}`: {key} must be at least 1 (leave it unset to refuse that media)"
+                )));
+            }
+        }
         Ok(ModelConfig {
             name,
             tokenizer,
             revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
             max_req_input_len,
             safety_margin_tokens: margin,
+            media: crate::count::MediaBounds {
+                image: self.multimodal_image_tokens,
+                video: self.multimodal_video_tokens,
+                audio: self.multimodal_audio_tokens,
+            },
         })
     }
 }
@@ -381,6 +419,58 @@ mod tests {
         };
         let err = Config::resolve(raw).unwrap_err();
         assert!(err.0.contains("no prompt limit"), "{err}");
+    }
+
+    #[test]
+    fn multimodal_bounds_per_model() {
+        let file = RawConfig::from_toml(
+            "upstream = \"http://router:30000\"\n\
+             [[models]]\nname = \"vl\"\ntokenizer = \"/m/vl\"\nmax_req_input_len = 1000\n\
+             multimodal_image_tokens = 1280\nmultimodal_audio_tokens = 750\n\
+             [[models]]\nname = \"text\"\ntokenizer = \"/m/t\"\nmax_req_input_len = 1000\n",
+        )
+        .unwrap();
+        let cfg = Config::resolve(file).unwrap();
+        assert_eq!(
+            cfg.models[0].media,
+            crate::count::MediaBounds {
+                image: Some(1280),
+                video: None,
+                audio: Some(750),
+            }
+        );
+        assert_eq!(cfg.models[1].media, crate::count::MediaBounds::default());
+        // The single-model overlay (flags, variables) carries them too.
+        let base = RawConfig {
+            upstream: Some("http://127.0.0.1:1".into()),
+            model: RawModel {
+                tokenizer: Some("t".into()),
+                max_req_input_len: Some(100),
+                multimodal_video_tokens: Some(9),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let over = RawConfig {
+            model: RawModel {
+                multimodal_image_tokens: Some(7),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let cfg = Config::resolve(base.clone().merge(over)).unwrap();
+        assert_eq!(cfg.models[0].media.image, Some(7));
+        assert_eq!(cfg.models[0].media.video, Some(9));
+        // A zero bound would admit media for free.
+        let zero = RawConfig {
+            model: RawModel {
+                multimodal_image_tokens: Some(0),
+                ..base.model
+            },
+            ..base
+        };
+        let err = Config::resolve(zero).unwrap_err();
+        assert!(err.0.contains("multimodal_image_tokens"), "{err}");
     }
 
     #[test]

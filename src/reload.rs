@@ -230,7 +230,7 @@ async fn build(
     let mut models = Vec::with_capacity(config.models.len());
     for m in &config.models {
         let started = Instant::now();
-        let counter = crate::cli::load_model(&m.tokenizer, &m.revision)
+        let mut counter = crate::cli::load_model(&m.tokenizer, &m.revision)
             .await
             .with_context(|| format!("model `{}`", m.name))?;
         anyhow::ensure!(
@@ -246,6 +246,7 @@ async fn build(
             load_ms = started.elapsed().as_millis() as u64,
             "model loaded"
         );
+        counter.set_media_bounds(m.media);
         models.push(Model {
             name: m.name.clone(),
             counter: Arc::new(counter),

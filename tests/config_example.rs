@@ -27,6 +27,9 @@ fn example_config_is_valid_and_sets_every_key() {
         "context_length",
         "revision",
         "safety_margin_tokens",
+        "multimodal_image_tokens",
+        "multimodal_video_tokens",
+        "multimodal_audio_tokens",
     ] {
         assert!(text.contains(key), "config example does not mention {key}");
     }

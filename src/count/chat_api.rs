@@ -281,7 +281,11 @@ impl ModelCounter {
                 if seen.contains(&c) {
                     return Ok(None);
                 }
-                let prepared = preprocess::prepare_with(&c.body, self.content_format(), &c.options);
+                let options = preprocess::Options {
+                    media: self.media,
+                    ..c.options.clone()
+                };
+                let prepared = preprocess::prepare_with(&c.body, self.content_format(), &options);
                 seen.push(c);
                 self.count_prepared(prepared?, clock).map(Some)
             });

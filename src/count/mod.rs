@@ -40,6 +40,73 @@ pub enum Unit {
     /// A chat-shaped body of another API, turned into a chat prompt exactly as
     /// SGLang's handler for that API turns it (see [`ChatApi`]).
     ChatApi(ChatApi, Arc<Value>),
+    /// A unit of a request that also carries `image_data` / `video_data` /
+    /// `audio_data` (`/generate`-style): the inner count plus, per media item,
+    /// the model's configured upper bound; refused when a kind has no bound.
+    Media(Box<Unit>, MediaItems),
+}
+
+/// The per-model opt-in for multimodal input (`multimodal_*_tokens`): a
+/// configured conservative UPPER BOUND of tokens per media item, not an exact
+/// count. `None` for a kind: its items are refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaBounds {
+    pub image: Option<usize>,
+    pub video: Option<usize>,
+    pub audio: Option<usize>,
+}
+
+/// The kinds of media a request can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaKind {
+    Image,
+    Video,
+    Audio,
+}
+
+impl MediaBounds {
+    pub fn bound(&self, kind: MediaKind) -> Option<usize> {
+        match kind {
+            MediaKind::Image => self.image,
+            MediaKind::Video => self.video,
+            MediaKind::Audio => self.audio,
+        }
+    }
+
+    /// The tokens `items` are charged, or the refusal of the first field
+    /// present whose kind has no bound (even an empty one: fail closed).
+    pub fn charge(&self, items: &MediaItems) -> Result<usize, CountError> {
+        let mut total = 0usize;
+        for (kind, field, n) in [
+            (MediaKind::Image, "image_data", items.image),
+            (MediaKind::Video, "video_data", items.video),
+            (MediaKind::Audio, "audio_data", items.audio),
+        ] {
+            let Some(n) = n else { continue };
+            let bound = self.bound(kind).ok_or_else(|| {
+                CountError::Unsupported(format!(
+                    "`{field}` is refused: its token length is set by the multimodal processor, not the body"
+                ))
+            })?;
+            total = total.saturating_add(n.saturating_mul(bound));
+        }
+        Ok(total)
+    }
+}
+
+/// Media items of a `/generate`-style request, per kind: `None` when the
+/// field is absent or null, else the number of items it holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MediaItems {
+    pub image: Option<usize>,
+    pub video: Option<usize>,
+    pub audio: Option<usize>,
+}
+
+impl MediaItems {
+    pub fn is_empty(&self) -> bool {
+        self.image.is_none() && self.video.is_none() && self.audio.is_none()
+    }
 }
 
 /// The chat-shaped APIs besides OpenAI chat, each with its own conversion.
@@ -121,6 +188,8 @@ pub struct ModelCounter {
     decoder_reranker: bool,
     /// What the Responses, Anthropic and Ollama conversions need to know about the model.
     api: chat_api::ModelTraits,
+    /// The multimodal opt-in: per-item upper bounds (none by default: media refused).
+    media: MediaBounds,
 }
 
 // The counter is shared across request handlers.
@@ -174,7 +243,25 @@ impl ModelCounter {
             special_tokens,
             decoder_reranker,
             api,
+            media: MediaBounds::default(),
         })
+    }
+
+    /// Admits media items of the kinds `bounds` sets, each counted as its bound.
+    pub fn set_media_bounds(&mut self, bounds: MediaBounds) {
+        self.media = bounds;
+    }
+
+    pub fn media_bounds(&self) -> MediaBounds {
+        self.media
+    }
+
+    /// The chat preprocessing options of `/v1/chat/completions` for this model.
+    fn chat_options(&self) -> preprocess::Options {
+        preprocess::Options {
+            media: self.media,
+            ..Default::default()
+        }
     }
 
     pub fn can_count(&self) -> bool {
@@ -189,6 +276,10 @@ impl ModelCounter {
             Unit::Text(text) => self.tokenizer()?.encode_len(text, true),
             Unit::Chat(body) => self.count_chat(body, clock),
             Unit::ChatApi(api, body) => self.count_chat_api(*api, body, clock),
+            Unit::Media(inner, items) => {
+                let media = self.media.charge(items)?;
+                Ok(self.count(inner, clock)?.saturating_add(media))
+            }
             Unit::Pair(_, _) if self.decoder_reranker => Err(CountError::Unsupported(
                 "rerank on a decoder reranker (Qwen3 reranker template) is not modelled by the guard"
                     .into(),
@@ -211,7 +302,7 @@ impl ModelCounter {
     /// (without a `continue_final_message` prefix). For operators debugging a
     /// template from the CLI; the server never prints or logs prompts.
     pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
-        match preprocess::prepare(body, self.content_format())? {
+        match preprocess::prepare_with(body, self.content_format(), &self.chat_options())? {
             Prepared::Ids(_) => Err(CountError::invalid(
                 "the request carries input_ids: SGLang applies no chat template to it",
             )),
@@ -234,7 +325,10 @@ impl ModelCounter {
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
     /// `_append_assistant_prefix_to_prompt_ids`.
     fn count_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
-        self.count_prepared(preprocess::prepare(body, self.content_format())?, clock)
+        self.count_prepared(
+            preprocess::prepare_with(body, self.content_format(), &self.chat_options())?,
+            clock,
+        )
     }
 
     fn count_prepared(&self, prepared: Prepared, clock: Clock) -> Result<usize, CountError> {
@@ -248,6 +342,8 @@ impl ModelCounter {
         // non-empty, else the default (`True`, which then adds nothing).
         let mut n = tokenizer.encode_len(&rendered, !tokenizer.auto_adds_specials())?;
         drop(rendered);
+        // The multimodal opt-in: each admitted media part adds its configured bound.
+        n = n.saturating_add(inputs.media_tokens);
         if let Some(prefix) = inputs.assistant_prefix.as_deref().filter(|p| !p.is_empty()) {
             // `tokenizer.encode(prefix)` with default specials, a leading BOS removed:
             // the prefix is tokenized on its own, not in context.
@@ -324,4 +420,56 @@ fn is_decoder_reranker_template(source: &str) -> bool {
     let t = source.to_lowercase();
     t.contains("answer can only be \"yes\" or \"no\"")
         || (t.contains("answer can only be") && t.contains("\"yes\"") && t.contains("\"no\""))
+}
+
+#[cfg(test)]
+mod media_tests {
+    use super::*;
+
+    #[test]
+    fn media_items_are_charged_their_bound_or_refused() {
+        let bounds = MediaBounds {
+            image: Some(3),
+            video: Some(100),
+            audio: None,
+        };
+        let items = MediaItems {
+            image: Some(2),
+            video: Some(1),
+            audio: None,
+        };
+        assert_eq!(bounds.charge(&items).unwrap(), 106);
+        assert_eq!(bounds.charge(&MediaItems::default()).unwrap(), 0);
+        // A field without a bound is refused, even when it holds no item.
+        for audio in [Some(0), Some(1)] {
+            let refused = bounds.charge(&MediaItems {
+                audio,
+                ..MediaItems::default()
+            });
+            match refused {
+                Err(CountError::Unsupported(m)) => {
+                    assert!(m.contains("`audio_data` is refused"), "{m}")
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        let none = MediaBounds::default().charge(&MediaItems {
+            image: Some(1),
+            ..MediaItems::default()
+        });
+        assert!(matches!(none, Err(CountError::Unsupported(_))));
+        // Never wraps around.
+        let huge = MediaBounds {
+            image: Some(usize::MAX),
+            ..MediaBounds::default()
+        };
+        assert_eq!(
+            huge.charge(&MediaItems {
+                image: Some(2),
+                ..MediaItems::default()
+            })
+            .unwrap(),
+            usize::MAX
+        );
+    }
 }

@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::template::ContentFormat;
 use super::tokenizer::py_truthy;
-use super::CountError;
+use super::{CountError, MediaBounds, MediaKind};
 
 /// `ReasoningEffortTier` in protocol.py.
 const EFFORT_TIERS: [&str; 8] = [
@@ -56,6 +56,9 @@ pub struct Options {
     /// (Anthropic's `output_config.effort`): no validator sees it, so it sets no
     /// `thinking` kwargs.
     pub assigned_reasoning_effort: Option<Value>,
+    /// The model's multimodal opt-in: media parts of a kind with a bound are
+    /// admitted and charged that bound each; the others are refused.
+    pub media: MediaBounds,
 }
 
 /// What SGLang renders for a chat request, or the ids it takes verbatim.
@@ -80,6 +83,9 @@ pub struct ChatInputs {
     pub extra: Map<String, Value>,
     /// The final assistant text under `continue_final_message`.
     pub assistant_prefix: Option<String>,
+    /// The configured upper bounds of the admitted media parts, summed: added
+    /// to the text's count (the multimodal opt-in; 0 without media).
+    pub media_tokens: usize,
 }
 
 impl ChatInputs {
@@ -853,13 +859,19 @@ pub fn prepare_with(
             "return_flat_raw_output_top_logprobs requires return_meta_info=true.",
         ));
     }
-    // `_validate_media_content`: every fixture is a text-only model.
+    // `_validate_media_content`: every fixture is a text-only model. With the
+    // model's multimodal opt-in, a kind with a bound is admitted and charged it.
+    let mut media_tokens = 0usize;
     for m in &messages {
         if let Some(Content::Parts(parts)) = &m.content {
-            if let Some(Part::Media(t)) = parts.iter().find(|p| matches!(p, Part::Media(_))) {
-                return Err(CountError::Unsupported(format!(
-                    "Model only supports text input; received unsupported content type '{t}'."
-                )));
+            for p in parts {
+                let Part::Media(t) = p else { continue };
+                let bound = opts.media.bound(media_kind(t)).ok_or_else(|| {
+                    CountError::Unsupported(format!(
+                        "Model only supports text input; received unsupported content type '{t}'."
+                    ))
+                })?;
+                media_tokens = media_tokens.saturating_add(bound);
             }
         }
     }
@@ -974,7 +986,8 @@ pub fn prepare_with(
         if n == 0 {
             return Err(invalid_param("input_ids cannot be empty.", "input_ids"));
         }
-        return Ok(Prepared::Ids(n));
+        // Media parts still reach the processor: their bounds are charged too.
+        return Ok(Prepared::Ids(n.saturating_add(media_tokens)));
     }
     let template_tools: Option<Value> =
         if has_effective_tools && !matches!(tool_choice, ToolChoice::None) {
@@ -1045,7 +1058,17 @@ pub fn prepare_with(
         documents,
         extra,
         assistant_prefix,
+        media_tokens,
     })))
+}
+
+/// The kind of a validated media part (`image_url`, `video_url`, `audio_url`).
+fn media_kind(part_type: &str) -> MediaKind {
+    match part_type {
+        "image_url" => MediaKind::Image,
+        "video_url" => MediaKind::Video,
+        _ => MediaKind::Audio,
+    }
 }
 
 /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
@@ -1235,8 +1258,21 @@ fn process_message(m: &Message<'_>, format: ContentFormat) -> Result<Value, Coun
                             o.insert("name".into(), Value::String((*name).to_owned()));
                             items.push(Value::Object(o));
                         }
-                        // Media parts were refused; thinking parts are dropped.
-                        Part::Media(_) | Part::Thinking => {}
+                        // `process_content_for_template_format`: an admitted media
+                        // part becomes `{"type": "image"}` (video, audio) so the
+                        // template renders its placeholder.
+                        Part::Media(t) => {
+                            let kind = match media_kind(t) {
+                                MediaKind::Image => "image",
+                                MediaKind::Video => "video",
+                                MediaKind::Audio => "audio",
+                            };
+                            let mut o = Map::new();
+                            o.insert("type".into(), Value::String(kind.into()));
+                            items.push(Value::Object(o));
+                        }
+                        // Thinking parts are dropped.
+                        Part::Thinking => {}
                     }
                 }
                 out.insert("content".into(), Value::Array(items));
@@ -1723,6 +1759,68 @@ mod tests {
                 ContentFormat::String
             ),
             Ok(Prepared::Ids(3))
+        ));
+    }
+    #[test]
+    fn media_parts_are_charged_their_bound_when_the_model_opts_in() {
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"},
+            {"type": "image_url", "image_url": {"url": "u"}},
+            {"type": "text", "text": "b"},
+            {"type": "image_url", "image_url": {"url": "v"}},
+            {"type": "input_audio", "input_audio": {"data": "d", "format": "wav"}},
+        ]}]});
+        let opts = |image, audio| Options {
+            media: MediaBounds {
+                image,
+                video: None,
+                audio,
+            },
+            ..Options::default()
+        };
+        let inputs = |format, o: &Options| match prepare_with(&body, format, o) {
+            Ok(Prepared::Template(t)) => *t,
+            other => panic!("expected template inputs, got {other:?}"),
+        };
+        // Two images at 3, one audio clip at 10.
+        let both = opts(Some(3), Some(10));
+        let s = inputs(ContentFormat::String, &both);
+        assert_eq!(s.media_tokens, 16);
+        // String format: media parts dropped from the joined text.
+        assert_eq!(s.messages, json!([{"role": "user", "content": "a b"}]));
+        // OpenAI format: the parts stay as placeholders the template renders.
+        let o = inputs(ContentFormat::OpenAi, &both);
+        assert_eq!(o.media_tokens, 16);
+        assert_eq!(
+            o.messages[0]["content"],
+            json!([{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"},
+                   {"type": "image"}, {"type": "audio"}])
+        );
+        // A kind without a bound is still refused, with SGLang's message.
+        for o in [
+            opts(Some(3), None),
+            opts(None, Some(10)),
+            Options::default(),
+        ] {
+            match prepare_with(&body, ContentFormat::String, &o) {
+                Err(CountError::Unsupported(m)) => {
+                    assert!(m.contains("Model only supports text input"), "{m}")
+                }
+                other => panic!("expected a refusal, got {other:?}"),
+            }
+        }
+        // Without media, nothing is charged.
+        let text = json!({"messages": [{"role": "user", "content": "q"}]});
+        match prepare_with(&text, ContentFormat::String, &both) {
+            Ok(Prepared::Template(t)) => assert_eq!(t.media_tokens, 0),
+            other => panic!("{other:?}"),
+        }
+        // `input_ids` on the chat route: the media are still charged.
+        let mut ids = body.clone();
+        ids["input_ids"] = json!([1, 2]);
+        assert!(matches!(
+            prepare_with(&ids, ContentFormat::String, &both),
+            Ok(Prepared::Ids(18))
         ));
     }
 }

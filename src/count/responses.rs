@@ -270,6 +270,8 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             skip_validate_request: true,
             skip_convert_to_internal: true,
             assigned_reasoning_effort: None,
+            // Set by the counter from the model's opt-in.
+            media: Default::default(),
         },
     })
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Route;
-use crate::count::{ollama, ChatApi, Piece, Unit};
+use crate::count::{ollama, ChatApi, MediaItems, Piece, Unit};
 use crate::errors::Reason;
 
 /// A request reduced to what counting needs.
@@ -218,18 +218,43 @@ fn generate_units(
     obj: &serde_json::Map<String, Value>,
     generation: bool,
 ) -> Result<Vec<Unit>, Reason> {
-    for field in ["image_data", "video_data", "audio_data"] {
-        if obj.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(Reason::Unmeasurable(format!(
-                "`{field}` is refused: its token length is set by the multimodal processor, not the body"
-            )));
-        }
-    }
     if obj.get("session_params").is_some_and(|v| !v.is_null()) {
         return Err(Reason::Unmeasurable(
             "`session_params` is refused: a session prepends server-side history the guard cannot see".into(),
         ));
     }
+    // Media items go with every unit: the counter charges each the model's
+    // configured bound, or refuses the field when the model has none. Every
+    // item of the request is charged to every unit (an upper bound for batches).
+    let field = |k: &str| obj.get(k).filter(|v| !v.is_null()).map(media_item_count);
+    let media = MediaItems {
+        image: field("image_data"),
+        video: field("video_data"),
+        audio: field("audio_data"),
+    };
+    let units = text_units(obj, generation)?;
+    Ok(if media.is_empty() {
+        units
+    } else {
+        units
+            .into_iter()
+            .map(|u| Unit::Media(Box::new(u), media))
+            .collect()
+    })
+}
+
+/// Items in an `image_data` / `video_data` / `audio_data` value: a list (of a
+/// batch, nested) counts its non-null elements; anything else is one item.
+fn media_item_count(v: &Value) -> usize {
+    match v {
+        Value::Null => 0,
+        Value::Array(items) => items.iter().map(media_item_count).sum(),
+        _ => 1,
+    }
+}
+
+/// The text, ids or embeddings of a `/generate`-style body.
+fn text_units(obj: &serde_json::Map<String, Value>, generation: bool) -> Result<Vec<Unit>, Reason> {
     let given: Vec<&str> = ["text", "input_ids", "input_embeds"]
         .into_iter()
         .filter(|k| obj.get(*k).is_some_and(|v| !v.is_null()))
@@ -567,10 +592,33 @@ mod tests {
                         Unit::Chat(_) | Unit::ChatApi(..) => "chat".into(),
                         Unit::Pair(a, b) => format!("pair:{}+{}", a.len(), b.len()),
                         Unit::Joined(pieces) => format!("joined:{}", pieces.len()),
+                        Unit::Media(_, m) => format!("media:{m:?}"),
                     })
                     .collect()
             })
             .map_err(|r| r.label())
+    }
+
+    #[test]
+    fn media_items_are_counted_per_kind_and_go_with_every_unit() {
+        let body = json!({
+            "text": ["a", "b"],
+            "image_data": [["x", null, {"url": "u"}], "y", null],
+            "video_data": [],
+            "audio_data": "z",
+        });
+        let media = "media:MediaItems { image: Some(3), video: Some(0), audio: Some(1) }";
+        assert_eq!(units(Route::Generate, body).unwrap(), [media, media]);
+        // A null field is no field.
+        assert_eq!(
+            units(Route::Generate, json!({"text": "a", "image_data": null})).unwrap(),
+            ["text:1"]
+        );
+        // Media on an invalid body: the body's own refusal.
+        assert_eq!(
+            units(Route::Generate, json!({"image_data": "x"})).unwrap_err(),
+            "invalid_request"
+        );
     }
 
     #[test]
@@ -648,9 +696,10 @@ mod tests {
             units(Route::Generate, json!({})).unwrap_err(),
             "invalid_request"
         );
+        // Media go with every unit; the counter charges or refuses them.
         assert_eq!(
-            units(Route::Generate, json!({"text": "a", "image_data": "x"})).unwrap_err(),
-            "unmeasurable_content"
+            units(Route::Generate, json!({"text": "a", "image_data": "x"})).unwrap(),
+            ["media:MediaItems { image: Some(1), video: None, audio: None }"]
         );
         assert_eq!(
             units(
@@ -797,8 +846,8 @@ mod tests {
         );
         let image = json!({"instances": [{"text": "a", "image_data": "x"}]});
         assert_eq!(
-            units(Route::VertexGenerate, image).unwrap_err(),
-            "unmeasurable_content"
+            units(Route::VertexGenerate, image).unwrap(),
+            ["media:MediaItems { image: Some(1), video: None, audio: None }"]
         );
         let session =
             json!({"instances": [{"text": "a"}], "parameters": {"session_params": {"id": "s"}}});

@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use prefill_guard::config::{Config, LogFormat, ModelConfig};
+pub use prefill_guard::count::MediaBounds;
 use prefill_guard::count::{Clock, ModelCounter};
 use prefill_guard::demo::write_demo_model;
 use prefill_guard::guard::{Guard, Model};
@@ -250,6 +251,8 @@ pub struct Options {
     pub upstream: Option<String>,
     /// `allow_routes`: paths passed through uninspected.
     pub allow_routes: Vec<&'static str>,
+    /// The demo model's multimodal opt-in (none: media refused).
+    pub media: MediaBounds,
 }
 
 impl Default for Options {
@@ -262,6 +265,7 @@ impl Default for Options {
             shutdown_grace: Duration::from_secs(10),
             upstream: None,
             allow_routes: Vec::new(),
+            media: MediaBounds::default(),
         }
     }
 }
@@ -280,8 +284,18 @@ pub struct Guarded {
 
 /// The real `Guard` over the demo model, as `main` builds it.
 pub fn demo_guard(dir: &std::path::Path, limits: Arc<Limits>) -> Guard {
+    demo_guard_with_media(dir, limits, MediaBounds::default())
+}
+
+/// [`demo_guard`] with the demo model's multimodal opt-in set.
+pub fn demo_guard_with_media(
+    dir: &std::path::Path,
+    limits: Arc<Limits>,
+    media: MediaBounds,
+) -> Guard {
     write_demo_model(dir).unwrap();
-    let counter = ModelCounter::load(dir).unwrap();
+    let mut counter = ModelCounter::load(dir).unwrap();
+    counter.set_media_bounds(media);
     let model = Model {
         name: MODEL.to_string(),
         counter: Arc::new(counter),
@@ -294,7 +308,7 @@ pub async fn start(opts: Options) -> Guarded {
     let dir = tempfile::tempdir().unwrap();
     let known = opts.limit_known.then(|| (MODEL.to_string(), opts.limit));
     let limits = Arc::new(Limits::new(known));
-    let guard = demo_guard(dir.path(), limits.clone());
+    let guard = demo_guard_with_media(dir.path(), limits.clone(), opts.media);
     let upstream = opts
         .upstream
         .clone()
@@ -309,6 +323,7 @@ pub async fn start(opts: Options) -> Guarded {
             revision: "main".to_string(),
             max_req_input_len: Some(opts.limit),
             safety_margin_tokens: 0,
+            media: opts.media,
         }],
         max_body_bytes: opts.max_body_bytes,
         upstream_connect_timeout: Duration::from_secs(2),
