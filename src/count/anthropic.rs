@@ -16,21 +16,7 @@ use serde_json::{json, Map, Value};
 use super::chat_api::{py_strip, Converted};
 use super::preprocess::Options;
 use super::tokenizer::py_truthy;
-use super::CountError;
-
-fn invalid(message: impl Into<String>) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: None,
-    }
-}
-
-fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: Some(param),
-    }
-}
+use super::{invalid, invalid_param, CountError};
 
 fn unmeasurable(message: impl Into<String>) -> CountError {
     CountError::Unsupported(message.into())

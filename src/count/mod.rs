@@ -165,6 +165,19 @@ impl CountError {
     }
 }
 
+/// SGLang refuses the request (pydantic validation or a request check).
+pub(crate) fn invalid(message: impl Into<String>) -> CountError {
+    CountError::invalid(message)
+}
+
+/// As [`invalid`], pointing at the request field at fault.
+pub(crate) fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError {
+    CountError::Invalid {
+        message: message.into(),
+        param: Some(param),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error("{path}: {source}")]

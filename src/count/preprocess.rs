@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 
 use super::template::ContentFormat;
 use super::tokenizer::py_truthy;
-use super::{CountError, MediaBounds, MediaKind};
+use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
 /// `ReasoningEffortTier` in protocol.py.
 const EFFORT_TIERS: [&str; 8] = [
@@ -102,20 +102,6 @@ impl ChatInputs {
                 })
                 .collect(),
         ))
-    }
-}
-
-fn invalid(message: impl Into<String>) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: None,
-    }
-}
-
-fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: Some(param),
     }
 }
 

@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 use super::chat_api::Converted;
 use super::preprocess::Options;
 use super::tokenizer::py_truthy;
-use super::CountError;
+use super::{invalid, invalid_param, CountError};
 
 /// `ReasoningEffortTier`.
 const EFFORT_TIERS: [&str; 8] = [
@@ -52,20 +52,6 @@ const TOOL_TYPES: [&str; 13] = [
 const DEVELOPER_LABEL: &str = "Developer instructions:";
 /// `responses_adapters._REASONING_STATE_PREFIX`.
 const REASONING_STATE_PREFIX: &str = "sglang-reasoning-v1.";
-
-fn invalid(message: impl Into<String>) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: None,
-    }
-}
-
-fn invalid_param(message: impl Into<String>, param: &'static str) -> CountError {
-    CountError::Invalid {
-        message: message.into(),
-        param: Some(param),
-    }
-}
 
 /// A validated `ResponseTool` (only what reaches the prompt).
 struct ResponseTool<'a> {
