@@ -1511,11 +1511,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         match t {
             Value::String(_) if ok(t) => {}
             Value::Array(items) if !items.is_empty() && items.iter().all(ok) => {
-                let mut seen = std::collections::HashSet::new();
-                if !items
-                    .iter()
-                    .all(|i| seen.insert(i.as_str().unwrap_or_default()))
-                {
+                if !all_unique(items) {
                     return Err(format!("{t} has non-unique elements"));
                 }
             }
@@ -1525,11 +1521,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
     if let Some(r) = map.get("required") {
         match r {
             Value::Array(items) if items.iter().all(Value::is_string) => {
-                let mut seen = std::collections::HashSet::new();
-                if !items
-                    .iter()
-                    .all(|i| seen.insert(i.as_str().unwrap_or_default()))
-                {
+                if !all_unique(items) {
                     return Err(format!("{r} has non-unique elements"));
                 }
             }
@@ -1586,6 +1578,14 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// JSON Schema's `uniqueItems` for a list of strings.
+fn all_unique(items: &[Value]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    items
+        .iter()
+        .all(|i| seen.insert(i.as_str().unwrap_or_default()))
 }
 
 #[cfg(test)]
