@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 use common::live::{start_live, Live};
 use common::sglang::{eventually, prefill_worker, InfoMock};
@@ -319,38 +318,12 @@ async fn sighup_reloads_the_running_binary() {
         .unwrap();
     };
     write(8);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap().to_string();
-    // Every log line, read continuously so the pipe never fills.
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = stderr.next_line().await {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let serving = tokio::time::timeout(PATIENCE * 3, async {
-        loop {
-            let line = rx.recv().await.expect("the guard starts");
-            if line["message"] == "prefill-guard serving" {
-                return line;
-            }
-        }
-    })
-    .await
-    .expect("the guard starts serving");
+    let common::Spawned {
+        mut child,
+        pid,
+        logs: mut rx,
+        serving,
+    } = common::spawn_binary(&config).await;
     let proxy: std::net::SocketAddr = serving["listen"].as_str().unwrap().parse().unwrap();
     let admin = serving["admin_listen"].as_str().unwrap().to_string();
     let http = reqwest::Client::new();

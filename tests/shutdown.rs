@@ -11,7 +11,6 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +23,6 @@ use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
@@ -142,37 +140,12 @@ async fn spawn_guard(upstream: SocketAddr, grace_secs: u64) -> Running {
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap().to_string();
-    let (tx, mut logs) = mpsc::unbounded_channel::<Value>();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    tokio::spawn(async move {
-        while let Ok(Some(line)) = stderr.next_line().await {
-            if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let serving = tokio::time::timeout(PATIENCE * 3, async {
-        loop {
-            let line = logs.recv().await.expect("the guard starts");
-            if line["message"] == "prefill-guard serving" {
-                return line;
-            }
-        }
-    })
-    .await
-    .expect("the guard starts serving");
+    let common::Spawned {
+        child,
+        pid,
+        logs,
+        serving,
+    } = common::spawn_binary(&config).await;
     let proxy = serving["listen"].as_str().unwrap().parse().unwrap();
     Running {
         child,

@@ -515,3 +515,57 @@ pub fn promtool_check_metrics(text: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The real `prefill-guard serve` binary started on a config file, with its
+/// JSON log lines collected (read continuously so the pipe never fills).
+#[allow(dead_code)] // only the tests that spawn the binary use it
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub pid: String,
+    pub logs: tokio::sync::mpsc::UnboundedReceiver<serde_json::Value>,
+    /// The "prefill-guard serving" log line (it carries `listen` and `admin_listen`).
+    pub serving: serde_json::Value,
+}
+
+#[allow(dead_code)]
+pub async fn spawn_binary(config: &std::path::Path) -> Spawned {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let pid = child.id().expect("a running child has a pid").to_string();
+    let (tx, mut logs) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let serving = tokio::time::timeout(PATIENCE * 3, async {
+        loop {
+            let line = logs.recv().await.expect("the guard starts");
+            if line["message"] == "prefill-guard serving" {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("the guard starts serving");
+    Spawned {
+        child,
+        pid,
+        logs,
+        serving,
+    }
+}
