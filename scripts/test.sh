@@ -13,4 +13,5 @@ export PREFILL_GUARD_SHARED="${PREFILL_GUARD_SHARED:-$(cd .. && pwd)/shared}"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
+./scripts/e2e.sh
 ./scripts/validate-deploy.sh
