@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -384,10 +383,12 @@ def vulnerable(stacks: Stacks):
 
 @pytest.fixture(scope="session")
 def fixed(stacks: Stacks):
-    """A fixed (SGLang >= 0.5.21) PD pair behind the real router."""
+    """A fixed (SGLang >= 0.5.21) PD pair behind the real router, and the guard
+    in front of that router."""
     sim = stacks.sim("fixed")
     router = stacks.router(sim)
-    return sim, router
+    guard = stacks.guard(router.url, sim.prefill)
+    return sim, router, guard
 
 
 @pytest.fixture(scope="session")
@@ -416,5 +417,3 @@ def pytest_terminal_summary(terminalreporter):
         fields = ", ".join(f"{k}={v}" for k, v in counts.items())
         terminalreporter.write_line(f"{name}: {fields}")
 
-
-SECRET = re.compile(r"SECRET-([A-Z])-[0-9a-f]{8}")

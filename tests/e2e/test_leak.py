@@ -109,7 +109,7 @@ def test_with_the_guard_nobody_reads_anybody(vulnerable, summary):
 def test_fixed_workers_refuse_through_the_router(fixed, summary):
     """Sanity of the simulator: SGLang >= 0.5.21 refuses the same prompts itself
     (a 400 the router wraps), and serves everyone else."""
-    sim, router = fixed
+    _sim, router, _guard = fixed
     rng = random.Random(5)
     reqs = [make_request(rng, t, route, False, MODEL, LIMIT) for route in ROUTES for t in ("A", ATTACKER, "C")]
     outcomes = asyncio.run(run_all(router.url, reqs, 1))
