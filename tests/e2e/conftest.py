@@ -321,7 +321,7 @@ class Stacks:
                 serving.update(v.get("fields", v))
 
         proc = self._start(
-            "guard",
+            f"guard-{upstream.rsplit(':', 1)[-1]}",
             [
                 str(self.guard_bin),
                 "serve",
@@ -352,6 +352,8 @@ class Stacks:
         return guard
 
     def _start(self, name: str, argv: list[str], watch=None) -> Proc:
+        # Unique log names: one session may start several of a kind.
+        name = f"{len(self.started) + 1:02d}-{name}"
         proc = Proc(name, argv, self.log_dir, watch)
         self.started.append(proc)
         return proc

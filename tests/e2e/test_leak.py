@@ -104,6 +104,9 @@ def test_with_the_guard_nobody_reads_anybody(vulnerable, summary):
     )
     # The refusals were the guard's, not the workers': upstream never saw them.
     assert refused_by_guard == len(attackers)
+    # Nor does the guard's own log carry anybody's prompt.
+    log = guard.proc.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "SECRET-" not in log and "lorem" not in log
 
 
 def test_fixed_workers_refuse_through_the_router(fixed, summary):
