@@ -1,4 +1,5 @@
-//! The command line: `serve`, `count`, `audit`, `verify`, `demo-model`. Every `serve` flag is also
+//! The command line: `serve`, `count`, `audit`, `verify`, `demo-model`, `demo` (and the
+//! hidden test fixture `pd-sim`). Every `serve` flag is also
 //! a `PREFILL_GUARD_*` variable and a key of the TOML file (`config.rs`).
 
 use std::io::Write;
@@ -43,6 +44,13 @@ pub enum Command {
         /// Directory to create.
         dir: PathBuf,
     },
+    /// Reproduce the PD tenant leak on a simulated SGLang PD pair, then show the guard stops it
+    /// (in-process, a few seconds; exit 0 only if both hold).
+    Demo(crate::demo::DemoArgs),
+    /// TEST AND DEMO FIXTURE, not for production: a simulated SGLang prefill/decode pair
+    /// (vulnerable or fixed) on two ports; prints one JSON line with their URLs.
+    #[command(hide = true)]
+    PdSim(crate::sim::SimArgs),
 }
 
 #[derive(Debug, Args)]
@@ -317,7 +325,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
 }
 
 /// SIGTERM (what Kubernetes and `docker stop` send) or Ctrl-C.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

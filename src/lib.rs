@@ -24,4 +24,5 @@ pub mod proxy;
 pub mod reload;
 pub mod server;
 pub mod sglang;
+pub mod sim;
 pub mod verify;

@@ -30,6 +30,8 @@ async fn main() -> ExitCode {
         Command::DemoModel { dir } => prefill_guard::demo::write_demo_model(&dir)
             .map(|()| true)
             .map_err(Into::into),
+        Command::Demo(args) => prefill_guard::demo::run(&args, &mut std::io::stdout()).await,
+        Command::PdSim(args) => prefill_guard::sim::run(&args).await.map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

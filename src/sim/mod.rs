@@ -1,0 +1,219 @@
+//! A simulated SGLang prefill/decode (PD) pair, small enough to read, that
+//! reproduces the cross-tenant leak the guard exists to stop (SGLang issue
+//! #30233; `shared/docs/sglang-semantics.md` §4.2–§4.4). A test and demo
+//! fixture: `prefill-guard pd-sim` serves it over HTTP, `prefill-guard demo`
+//! runs it in-process.
+//!
+//! # The mechanism
+//!
+//! A PD deployment splits a request in two. The router adds a
+//! `bootstrap_room` and sends the same body to a prefill and a decode worker.
+//!
+//! 1. **Decode** tokenizes the prompt (length `L`), reserves
+//!    `ceil(L / page_size)` pages of its paged KV pool for it, and waits for
+//!    prefill to fill them ([`kv`]). Pages come from a free list that hands out
+//!    the most recently freed pages first; a freed page keeps its contents.
+//! 2. **Prefill** tokenizes the same prompt and checks
+//!    `L >= max_req_input_len` (its own, smaller pool).
+//!    * SGLang ≤ 0.5.19 (`--mode vulnerable`): the request is marked to
+//!      finish with an error later, its prompt is replaced by the one-token
+//!      placeholder `[0]`, and the handoff carries on: one token of KV is
+//!      transferred, into slot 0, and the transfer is marked complete.
+//!    * SGLang ≥ 0.5.21 (`--mode fixed`): the request is refused with
+//!      SGLang's 400 and decode is told, so nothing is generated.
+//!    * Under the limit, all `L` tokens are transferred.
+//! 3. **Decode** generates from the `L` slots it reserved. After a one-token
+//!    transfer, slots `1..L` still hold whatever the previous owner of those
+//!    pages left there: another tenant's prompt.
+//!
+//! The simulated model "generates" by reading its context back (the output
+//! is the detokenized KV slots), so a normal answer echoes the caller's own
+//! prompt and an answer built on stale pages echoes someone else's.
+//!
+//! # What is real
+//!
+//! The tokenizer and chat template are the guard's own ([`crate::count`]), so
+//! the prompt length a worker computes is exactly the length the guard
+//! counts; the HTTP routes, response and error shapes are SGLang's.
+
+pub mod dispatch;
+pub mod kv;
+pub mod model;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use kv::KvPool;
+use model::SimModel;
+use worker::{Role, Worker};
+
+/// Which SGLang behaviour the prefill worker has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// ≤ 0.5.19: an over-limit prompt becomes a one-token handoff.
+    Vulnerable,
+    /// ≥ 0.5.21: an over-limit prompt is refused with 400 on both workers.
+    Fixed,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Vulnerable => "vulnerable",
+            Mode::Fixed => "fixed",
+        }
+    }
+
+    /// The SGLang version whose behaviour the mode models (`/server_info`).
+    pub fn version(self) -> &'static str {
+        match self {
+            Mode::Vulnerable => "0.5.19",
+            Mode::Fixed => "0.5.23",
+        }
+    }
+}
+
+/// `prefill-guard pd-sim`: a TEST AND DEMO FIXTURE, not a server to deploy.
+#[derive(Debug, Clone, Args)]
+pub struct SimArgs {
+    /// Address of the prefill worker (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub prefill_listen: SocketAddr,
+    /// Address of the decode worker (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub decode_listen: SocketAddr,
+    /// Model directory (tokenizer.json, tokenizer_config.json).
+    #[arg(long)]
+    pub tokenizer: PathBuf,
+    #[arg(long, default_value = "demo")]
+    pub served_model_name: String,
+    /// The prefill worker's max_req_input_len: prompts with L >= N hit the bug.
+    #[arg(long)]
+    pub max_req_input_len: usize,
+    #[arg(long, value_enum, default_value = "vulnerable")]
+    pub mode: Mode,
+    /// The port reported as the prefill bootstrap port (nothing listens on it).
+    #[arg(long, default_value_t = 8998)]
+    pub bootstrap_port: u16,
+    /// Pages in the shared KV pool.
+    #[arg(long, default_value_t = 4096)]
+    pub kv_pages: usize,
+    /// Token slots per page.
+    #[arg(long, default_value_t = 16)]
+    pub page_size: usize,
+    /// The model's context length (default: the KV pool's size).
+    #[arg(long)]
+    pub context_length: Option<usize>,
+    /// Seconds either worker waits for the other in a handoff.
+    #[arg(long, default_value_t = 30)]
+    pub handoff_timeout_secs: u64,
+}
+
+/// A running pair.
+pub struct SimPair {
+    pub prefill: SocketAddr,
+    pub decode: SocketAddr,
+    pub pool: KvPool,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl SimPair {
+    /// Binds both listeners and serves them in the background.
+    pub async fn start(args: &SimArgs) -> anyhow::Result<Self> {
+        let context_len = args
+            .context_length
+            .unwrap_or(args.kv_pages.saturating_mul(args.page_size));
+        anyhow::ensure!(
+            args.max_req_input_len >= 2 && args.max_req_input_len < context_len,
+            "--max-req-input-len must be at least 2 and below the context length ({context_len})"
+        );
+        anyhow::ensure!(
+            args.kv_pages > 0 && args.page_size > 0 && context_len > 6,
+            "the KV pool and the context must hold a prompt"
+        );
+        let model = Arc::new(SimModel::load(&args.tokenizer, &args.served_model_name)?);
+        let pool = KvPool::new(
+            args.kv_pages,
+            args.page_size,
+            model.blank_id(),
+            Duration::from_secs(args.handoff_timeout_secs * 2),
+        );
+        let prefill = TcpListener::bind(args.prefill_listen).await?;
+        let decode = TcpListener::bind(args.decode_listen).await?;
+        let (stop, _) = watch::channel(false);
+        let mut pair = Self {
+            prefill: prefill.local_addr()?,
+            decode: decode.local_addr()?,
+            pool: pool.clone(),
+            stop,
+            tasks: Vec::new(),
+        };
+        for (role, listener) in [(Role::Prefill, prefill), (Role::Decode, decode)] {
+            let worker = Arc::new(Worker {
+                role,
+                mode: args.mode,
+                model: model.clone(),
+                pool: pool.clone(),
+                max_req_input_len: args.max_req_input_len,
+                context_len,
+                bootstrap_port: args.bootstrap_port,
+                handoff_timeout: Duration::from_secs(args.handoff_timeout_secs),
+            });
+            pair.tasks
+                .push(pair.serve(listener, worker::router(worker)));
+        }
+        Ok(pair)
+    }
+
+    /// Serves `app` on `listener` until [`SimPair::stop`].
+    pub fn serve(
+        &self,
+        listener: TcpListener,
+        app: axum::Router,
+    ) -> JoinHandle<std::io::Result<()>> {
+        let mut stop = self.stop.subscribe();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        })
+    }
+
+    /// Stops accepting, lets in-flight requests finish, and waits.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// `prefill-guard pd-sim`: start the pair, print one JSON line with the
+/// workers' URLs, serve until SIGTERM or Ctrl-C.
+pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
+    let pair = SimPair::start(args).await?;
+    println!(
+        "{}",
+        json!({
+            "prefill": format!("http://{}", pair.prefill),
+            "decode": format!("http://{}", pair.decode),
+            "bootstrap_port": args.bootstrap_port,
+            "mode": args.mode.name(),
+        })
+    );
+    crate::cli::shutdown_signal().await;
+    pair.stop().await;
+    Ok(())
+}
