@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod corpus;
+pub mod envoy;
 pub mod live;
 pub mod sglang;
 pub mod wire;
@@ -96,7 +97,11 @@ type MockBody = BoxBody<Bytes, Infallible>;
 /// `slow` (headers after 30 s), `hang` (never answers), `hold` (SSE whose last
 /// chunk waits for `release`), `endless` (SSE until the reader goes away).
 pub async fn start_mock() -> Mock {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    start_mock_on(TcpListener::bind("127.0.0.1:0").await.unwrap())
+}
+
+/// [`start_mock`] on a listener the caller bound (a fixed port, say).
+pub fn start_mock_on(listener: TcpListener) -> Mock {
     let addr = listener.local_addr().unwrap();
     let state = Arc::new(MockState::default());
     let accept_state = state.clone();
@@ -529,12 +534,19 @@ pub struct Spawned {
 
 #[allow(dead_code)]
 pub async fn spawn_binary(config: &std::path::Path) -> Spawned {
+    spawn_binary_with_args(config, &[]).await
+}
+
+/// [`spawn_binary`] with more `serve` flags after `--config`.
+#[allow(dead_code)]
+pub async fn spawn_binary_with_args(config: &std::path::Path, args: &[&str]) -> Spawned {
     use std::process::Stdio;
     use tokio::io::{AsyncBufReadExt, BufReader};
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
         .arg("serve")
         .arg("--config")
         .arg(config)
+        .args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -1,0 +1,398 @@
+//! The guard as an Envoy filter, end to end with the real Envoy 1.40: each
+//! configuration in `deploy/envoy/` is started exactly as shipped, with the
+//! real `prefill-guard serve` binary (on `deploy/envoy/prefill-guard.toml`,
+//! the demo model given by flags) behind the listener it names, and a
+//! recording SGLang mock on the configuration's upstream port.
+//!
+//! For every configuration a user would check that: a short prompt reaches
+//! SGLang byte for byte and its answer comes back; an SSE answer streams
+//! through (a chunk arrives while the upstream still holds the rest); an
+//! over-long prompt, a million-token one among them, is refused with the
+//! native 400 `context_length_exceeded` and never reaches SGLang; a body over
+//! the byte limit is refused with 413; and once the guard is gone, Envoy
+//! refuses instead of letting prompts through.
+//!
+//! The configurations use fixed ports, so the tests take a machine-wide lock
+//! and run one at a time. Envoy comes from the repo's venv
+//! (`scripts/pyenv.sh`); without it the tests skip, except under CI.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use common::envoy::{config, envoy_binary, Envoy, PortsLock, GUARD_AUTHZ, GUARD_GRPC, UPSTREAM};
+use common::{spawn_binary_with_args, start_mock_on, words, Mock, Spawned, MODEL, PATIENCE};
+
+/// The demo model's limit in these tests: a chat of `n` words counts `n + 5`.
+const LIMIT: usize = 64;
+/// `max_body_bytes` of deploy/envoy/prefill-guard.toml, and Envoy's
+/// `max_request_bytes` / `request_body_buffer_limit` in every file.
+const MAX_BODY_BYTES: usize = 33_554_432;
+
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    AuthzHttp,
+    AuthzGrpc,
+    ExtProcBuffered,
+    ExtProcFullDuplex,
+}
+
+impl Mode {
+    fn file(self) -> &'static str {
+        match self {
+            Mode::AuthzHttp => "ext-authz-http.yaml",
+            Mode::AuthzGrpc => "ext-authz-grpc.yaml",
+            Mode::ExtProcBuffered => "ext-proc-buffered.yaml",
+            Mode::ExtProcFullDuplex => "ext-proc-full-duplex.yaml",
+        }
+    }
+
+    /// The guard's listener this configuration talks to.
+    fn guard_flag(self) -> [&'static str; 2] {
+        match self {
+            Mode::AuthzHttp => ["--authz-listen", GUARD_AUTHZ],
+            _ => ["--grpc-listen", GUARD_GRPC],
+        }
+    }
+}
+
+/// Envoy, the guard and the mock, as the configuration lays them out.
+struct Stack {
+    mode: Mode,
+    envoy: Option<Envoy>,
+    guard: Option<Spawned>,
+    mock: Mock,
+    http: reqwest::Client,
+    _model: tempfile::TempDir,
+    _ports: PortsLock,
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // A failing assertion is easier to read with what Envoy said.
+        if std::thread::panicking() {
+            if let Some(envoy) = &self.envoy {
+                eprintln!(
+                    "--- envoy log ({}) ---\n{}",
+                    self.mode.file(),
+                    envoy.log_text()
+                );
+            }
+        }
+    }
+}
+
+async fn stack(mode: Mode) -> Option<Stack> {
+    let binary = envoy_binary()?;
+    let ports = PortsLock::take();
+    let mock = start_mock_on(TcpListener::bind(UPSTREAM).await.unwrap());
+    let model = tempfile::tempdir().unwrap();
+    prefill_guard::demo::write_demo_model(model.path()).unwrap();
+    let limit = LIMIT.to_string();
+    let mut args = vec![
+        "--tokenizer",
+        model.path().to_str().unwrap(),
+        "--served-model-name",
+        MODEL,
+        "--max-req-input-len",
+        &limit,
+    ];
+    args.extend(mode.guard_flag());
+    let guard = spawn_binary_with_args(&config("prefill-guard.toml"), &args).await;
+    wait_listening(mode.guard_flag()[1]).await;
+    let envoy = Envoy::start(&binary, &config(mode.file())).await;
+    Some(Stack {
+        mode,
+        envoy: Some(envoy),
+        guard: Some(guard),
+        mock,
+        http: reqwest::Client::new(),
+        _model: model,
+        _ports: ports,
+    })
+}
+
+async fn wait_listening(addr: &str) {
+    tokio::time::timeout(PATIENCE, async {
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the guard listens on {addr}"));
+}
+
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "{} {e}: {}",
+                self.status,
+                String::from_utf8_lossy(&self.body[..self.body.len().min(500)])
+            )
+        })
+    }
+}
+
+impl Stack {
+    fn envoy(&self) -> &Envoy {
+        self.envoy.as_ref().unwrap()
+    }
+
+    async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
+        let resp = self
+            .http
+            .post(self.envoy().url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("Envoy answers");
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let body = resp.bytes().await.expect("a whole body");
+        Answer {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// A short prompt reaches SGLang exactly as sent, and SGLang's answer
+    /// comes back.
+    async fn short_prompts_pass_unchanged(&self) {
+        // Odd spacing and key order: anything re-serialised would differ.
+        let chat = r#"{ "messages":[{"content":"hello hello hello","role":"user"}],  "model":"demo","max_tokens":4 }"#;
+        let completion = r#"{"prompt": "hello hello", "model": "demo", "temperature": 0.0}"#;
+        for (path, body) in [
+            ("/v1/chat/completions", chat),
+            ("/v1/completions", completion),
+        ] {
+            let before = self.mock.state.count();
+            let answer = self.post(path, body).await;
+            assert_eq!(
+                answer.status,
+                200,
+                "{path}: {}",
+                String::from_utf8_lossy(&answer.body)
+            );
+            assert_eq!(
+                answer.json()["choices"][0]["text"],
+                " ok",
+                "SGLang's answer"
+            );
+            let seen = self.mock.state.requests();
+            assert_eq!(seen.len(), before + 1, "{path} reached SGLang once");
+            let got = seen.last().unwrap();
+            assert_eq!(got.method, "POST");
+            assert_eq!(got.target, path);
+            assert_eq!(got.body, body.as_bytes(), "{path}: the body SGLang got");
+        }
+    }
+
+    /// An SSE answer is not buffered: the first event reaches the client
+    /// while the upstream still holds the last one back.
+    async fn streams_pass_through(&self) {
+        let body = json!({"model": MODEL, "stream": true,
+            "messages": [{"role": "user", "content": "hello"}]})
+        .to_string();
+        let mut resp = self
+            .http
+            .post(self.envoy().url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("x-mock", "hold")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("Envoy answers");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let mut got = Vec::new();
+        let first = tokio::time::timeout(PATIENCE, async {
+            while !got.ends_with(b"\n\n") {
+                got.extend_from_slice(&resp.chunk().await.unwrap().expect("a first event"));
+            }
+        })
+        .await;
+        assert!(
+            first.is_ok(),
+            "the first event arrives before the stream ends"
+        );
+        assert!(!self.mock.state.last_chunk_sent.load(Ordering::SeqCst));
+        assert_eq!(got, b"data: {\"chunk\":0}\n\n");
+        self.mock.state.release.notify_one();
+        while let Some(chunk) = resp.chunk().await.unwrap() {
+            got.extend_from_slice(&chunk);
+        }
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "data: {\"chunk\":0}\n\ndata: {\"chunk\":1}\n\ndata: [DONE]\n\n"
+        );
+        assert_eq!(self.mock.state.requests().last().unwrap().body, body);
+    }
+
+    /// Refused with the route's native error; SGLang never sees it.
+    async fn assert_refused_too_long(&self, path: &str, body: String) {
+        let before = self.mock.state.count();
+        let size = body.len();
+        let answer = self.post(path, body).await;
+        assert_eq!(answer.status, 400, "{path}, {size} bytes");
+        assert!(
+            answer.content_type.starts_with("application/json"),
+            "{}",
+            answer.content_type
+        );
+        let error = answer.json();
+        assert_eq!(error["error"]["code"], "context_length_exceeded", "{error}");
+        assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
+    }
+
+    async fn over_long_prompts_refused(&self) {
+        let chat = |n: usize| {
+            json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]}).to_string()
+        };
+        // LIMIT - 5 words count exactly LIMIT tokens: refused (>=).
+        self.assert_refused_too_long("/v1/chat/completions", chat(LIMIT - 5))
+            .await;
+        self.assert_refused_too_long(
+            "/v1/completions",
+            json!({"model": MODEL, "prompt": words(LIMIT + 1)}).to_string(),
+        )
+        .await;
+        // One million tokens, about 6 MB of JSON.
+        let million = chat(1_000_000);
+        assert!(million.len() > 5_000_000);
+        self.assert_refused_too_long("/v1/chat/completions", million)
+            .await;
+        // Just under the limit still passes: the boundary is the guard's.
+        let before = self.mock.state.count();
+        let answer = self.post("/v1/chat/completions", chat(LIMIT - 6)).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(self.mock.state.count(), before + 1);
+    }
+
+    /// A body over the byte limit is refused with 413 (by Envoy, or by the
+    /// guard in full-duplex mode, where Envoy does not buffer).
+    async fn over_byte_limit_refused(&self) {
+        let before = self.mock.state.count();
+        let mut body = json!({"model": MODEL, "prompt": ""})
+            .to_string()
+            .into_bytes();
+        body.truncate(body.len() - 2);
+        body.resize(MAX_BODY_BYTES + 1 - 2, b'a');
+        body.extend_from_slice(b"\"}");
+        assert_eq!(body.len(), MAX_BODY_BYTES + 1);
+        let answer = self.post("/v1/completions", body).await;
+        assert_eq!(answer.status, 413);
+        assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
+    }
+
+    /// With the guard gone, Envoy answers 503 (status_on_error) and SGLang
+    /// sees nothing.
+    async fn guard_down_refuses(&mut self) {
+        let mut guard = self.guard.take().unwrap();
+        guard.child.kill().await.unwrap();
+        let before = self.mock.state.count();
+        for path in ["/v1/chat/completions", "/v1/completions"] {
+            let body = json!({"model": MODEL, "prompt": "hello",
+                "messages": [{"role": "user", "content": "hello"}]})
+            .to_string();
+            let answer = self.post(path, body).await;
+            assert_eq!(
+                answer.status,
+                503,
+                "{path} with the guard down: {}",
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+        assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
+    }
+}
+
+async fn scenario(mode: Mode) {
+    let Some(mut stack) = stack(mode).await else {
+        return;
+    };
+    stack.short_prompts_pass_unchanged().await;
+    stack.streams_pass_through().await;
+    stack.over_long_prompts_refused().await;
+    stack.over_byte_limit_refused().await;
+    stack.guard_down_refuses().await;
+    stack.envoy.take().unwrap().stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_http() {
+    scenario(Mode::AuthzHttp).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_authz_grpc() {
+    scenario(Mode::AuthzGrpc).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_proc_buffered() {
+    scenario(Mode::ExtProcBuffered).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ext_proc_full_duplex() {
+    scenario(Mode::ExtProcFullDuplex).await;
+}
+
+/// Every configuration keeps the knobs that decide between refusing and
+/// letting through where the README says they are.
+#[test]
+fn configurations_fail_closed() {
+    for mode in [
+        Mode::AuthzHttp,
+        Mode::AuthzGrpc,
+        Mode::ExtProcBuffered,
+        Mode::ExtProcFullDuplex,
+    ] {
+        let text = std::fs::read_to_string(config(mode.file())).unwrap();
+        let has = |s: &str| text.lines().any(|l| l.trim() == s);
+        assert!(has("failure_mode_allow: false"), "{mode:?}");
+        assert!(
+            has("status_on_error: {code: ServiceUnavailable}"),
+            "{mode:?}"
+        );
+        assert!(
+            has(&format!("request_body_buffer_limit: {MAX_BODY_BYTES}")),
+            "{mode:?}"
+        );
+        assert!(!text.contains("failure_mode_allow: true"), "{mode:?}");
+        match mode {
+            Mode::AuthzHttp | Mode::AuthzGrpc => {
+                assert!(has("allow_partial_message: false"), "{mode:?}");
+                assert!(
+                    has(&format!("max_request_bytes: {MAX_BODY_BYTES}")),
+                    "{mode:?}"
+                );
+            }
+            Mode::ExtProcBuffered | Mode::ExtProcFullDuplex => {
+                assert!(has("disable_immediate_response: false"), "{mode:?}");
+                assert!(has("observability_mode: false"), "{mode:?}");
+                assert!(has("response_body_mode: NONE"), "{mode:?}");
+            }
+        }
+    }
+    let guard = std::fs::read_to_string(config("prefill-guard.toml")).unwrap();
+    assert!(guard.contains(&format!("max_body_bytes = {MAX_BODY_BYTES}")));
+}
