@@ -14,6 +14,7 @@ pub mod config;
 pub mod count;
 pub mod demo;
 pub mod errors;
+pub mod gate;
 pub mod guard;
 pub mod hub;
 pub mod inspect;

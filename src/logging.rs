@@ -70,6 +70,8 @@ where
 #[derive(Debug, Default)]
 pub struct DecisionLine<'a> {
     pub request_id: &'a str,
+    /// The adapter: `proxy`, `ext_authz_http`, `ext_authz_grpc` or `ext_proc`.
+    pub mode: &'a str,
     pub method: &'a str,
     /// The route's metric label (a known route or `other`), never the raw target.
     pub route: &'a str,
@@ -80,7 +82,8 @@ pub struct DecisionLine<'a> {
     pub decision: &'a str,
     /// `Reason::label()` of a refusal or an upstream failure.
     pub reason: Option<&'static str>,
-    /// The HTTP status the client gets.
+    /// The HTTP status the adapter answered (in external modes, the status of
+    /// the deny, or 200 for an allow).
     pub status: u16,
     pub upstream_status: Option<u16>,
     /// From the request's arrival to its response headers.
@@ -92,6 +95,7 @@ pub fn decision(line: &DecisionLine<'_>) {
     tracing::info!(
         target: "prefill_guard::decision",
         request_id = line.request_id,
+        mode = line.mode,
         method = line.method,
         route = line.route,
         model = line.model,
@@ -133,6 +137,7 @@ mod tests {
         tracing::subscriber::with_default(sub, || {
             decision(&DecisionLine {
                 request_id: "r1",
+                mode: "ext_authz_http",
                 method: "POST",
                 route: "/generate",
                 model: Some("m"),
@@ -148,6 +153,7 @@ mod tests {
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
         assert_eq!(line["request_id"], "r1");
+        assert_eq!(line["mode"], "ext_authz_http");
         assert_eq!(line["tokens"], 7);
         assert_eq!(line["limit"], 5);
         assert_eq!(line["decision"], "refused");

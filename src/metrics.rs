@@ -84,34 +84,34 @@ impl Metrics {
             version: version.into(),
             requests: CounterVec::new(
                 "prefill_guard_requests_total",
-                "Requests on the proxy listener, by the guard's decision.",
-                &["route", "model", "decision"],
+                "Requests decided, by mode (proxy, ext_authz_http, ext_authz_grpc, ext_proc) and decision.",
+                &["mode", "route", "model", "decision"],
             ),
             rejections: CounterVec::new(
                 "prefill_guard_rejections_total",
-                "Requests the guard refused, by reason.",
-                &["route", "model", "reason"],
+                "Requests the guard refused, by mode and reason.",
+                &["mode", "route", "model", "reason"],
             ),
             upstream_errors: CounterVec::new(
                 "prefill_guard_upstream_errors_total",
-                "Allowed requests the upstream did not answer (502/504 from the guard), by reason.",
+                "Allowed requests the upstream did not answer (502/504 from the guard; proxy mode only), by reason.",
                 &["route", "model", "reason"],
             ),
             prompt_tokens: HistogramVec::new(
                 "prefill_guard_prompt_tokens",
                 "Counted prompt tokens (the largest unit of a batch), allowed and refused.",
-                &["route", "model"],
+                &["mode", "route", "model"],
                 token_buckets(),
             ),
             count_seconds: HistogramVec::new(
                 "prefill_guard_count_duration_seconds",
                 "Time spent counting a request's prompt, queueing for a counting thread included.",
-                &["route", "model"],
+                &["mode", "route", "model"],
                 COUNT_SECONDS_BUCKETS.to_vec(),
             ),
             upstream_seconds: HistogramVec::new(
                 "prefill_guard_upstream_duration_seconds",
-                "Time from forwarding a request to the upstream's response headers.",
+                "Time from forwarding a request to the upstream's response headers (proxy mode only).",
                 &["route"],
                 UPSTREAM_SECONDS_BUCKETS.to_vec(),
             ),
@@ -147,25 +147,26 @@ impl Metrics {
         self.reloads.inc(&[outcome]);
     }
 
-    pub fn request(&self, route: &str, model: &str, decision: Decision) {
-        self.requests.inc(&[route, model, decision.label()]);
+    /// `mode`: `gate::Mode::label()`, a closed set.
+    pub fn request(&self, mode: &str, route: &str, model: &str, decision: Decision) {
+        self.requests.inc(&[mode, route, model, decision.label()]);
     }
 
-    pub fn rejection(&self, route: &str, model: &str, reason: &'static str) {
-        self.rejections.inc(&[route, model, reason]);
+    pub fn rejection(&self, mode: &str, route: &str, model: &str, reason: &'static str) {
+        self.rejections.inc(&[mode, route, model, reason]);
     }
 
     pub fn upstream_error(&self, route: &str, model: &str, reason: &'static str) {
         self.upstream_errors.inc(&[route, model, reason]);
     }
 
-    pub fn prompt_tokens(&self, route: &str, model: &str, tokens: usize) {
-        self.prompt_tokens.observe(&[route, model], tokens as f64);
+    pub fn prompt_tokens(&self, mode: &str, route: &str, model: &str, tokens: usize) {
+        self.prompt_tokens.observe(&[mode, route, model], tokens as f64);
     }
 
-    pub fn count_duration(&self, route: &str, model: &str, took: Duration) {
+    pub fn count_duration(&self, mode: &str, route: &str, model: &str, took: Duration) {
         self.count_seconds
-            .observe(&[route, model], took.as_secs_f64());
+            .observe(&[mode, route, model], took.as_secs_f64());
     }
 
     pub fn upstream_duration(&self, route: &str, took: Duration) {
@@ -447,28 +448,28 @@ mod tests {
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let m = Metrics::new("1.2.3");
-        m.request("/generate", "m", Decision::Refused);
-        m.rejection("/generate", "m", "context_length_exceeded");
-        m.prompt_tokens("/generate", "m", 20);
-        m.prompt_tokens("/generate", "m", 10_000_000);
+        m.request("proxy", "/generate", "m", Decision::Refused);
+        m.rejection("proxy", "/generate", "m", "context_length_exceeded");
+        m.prompt_tokens("proxy", "/generate", "m", 20);
+        m.prompt_tokens("proxy", "/generate", "m", 10_000_000);
         let _held = m.in_flight();
         let text = m.render(&[("m".into(), 100)]);
-        assert!(text.contains("prefill_guard_requests_total{route=\"/generate\",model=\"m\",decision=\"refused\"} 1\n"));
+        assert!(text.contains("prefill_guard_requests_total{mode=\"proxy\",route=\"/generate\",model=\"m\",decision=\"refused\"} 1\n"));
         assert!(text.contains(
-            "prefill_guard_rejections_total{route=\"/generate\",model=\"m\",reason=\"context_length_exceeded\"} 1\n"
+            "prefill_guard_rejections_total{mode=\"proxy\",route=\"/generate\",model=\"m\",reason=\"context_length_exceeded\"} 1\n"
         ));
         assert!(text.contains(
-            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"16\"} 0\n"
+            "prefill_guard_prompt_tokens_bucket{mode=\"proxy\",route=\"/generate\",model=\"m\",le=\"16\"} 0\n"
         ));
         assert!(text.contains(
-            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"32\"} 1\n"
+            "prefill_guard_prompt_tokens_bucket{mode=\"proxy\",route=\"/generate\",model=\"m\",le=\"32\"} 1\n"
         ));
-        assert!(text.contains("prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"4194304\"} 1\n"));
+        assert!(text.contains("prefill_guard_prompt_tokens_bucket{mode=\"proxy\",route=\"/generate\",model=\"m\",le=\"4194304\"} 1\n"));
         assert!(text.contains(
-            "prefill_guard_prompt_tokens_bucket{route=\"/generate\",model=\"m\",le=\"+Inf\"} 2\n"
+            "prefill_guard_prompt_tokens_bucket{mode=\"proxy\",route=\"/generate\",model=\"m\",le=\"+Inf\"} 2\n"
         ));
         assert!(
-            text.contains("prefill_guard_prompt_tokens_count{route=\"/generate\",model=\"m\"} 2\n")
+            text.contains("prefill_guard_prompt_tokens_count{mode=\"proxy\",route=\"/generate\",model=\"m\"} 2\n")
         );
         assert!(text.contains("prefill_guard_limit_tokens{model=\"m\"} 100\n"));
         assert!(text.contains("prefill_guard_in_flight_requests 1\n"));

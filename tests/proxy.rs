@@ -495,9 +495,9 @@ async fn client_disconnect_before_headers_cancels_upstream() {
 #[tokio::test]
 async fn rejections_move_the_metrics() {
     let g = guard().await;
-    let refused = format!("prefill_guard_rejections_total{{route=\"/generate\",model=\"{MODEL}\",reason=\"context_length_exceeded\"}}");
-    let requests = format!("prefill_guard_requests_total{{route=\"/generate\",model=\"{MODEL}\",decision=\"refused\"}}");
-    let allowed = format!("prefill_guard_requests_total{{route=\"/generate\",model=\"{MODEL}\",decision=\"allowed\"}}");
+    let refused = format!("prefill_guard_rejections_total{{mode=\"proxy\",route=\"/generate\",model=\"{MODEL}\",reason=\"context_length_exceeded\"}}");
+    let requests = format!("prefill_guard_requests_total{{mode=\"proxy\",route=\"/generate\",model=\"{MODEL}\",decision=\"refused\"}}");
+    let allowed = format!("prefill_guard_requests_total{{mode=\"proxy\",route=\"/generate\",model=\"{MODEL}\",decision=\"allowed\"}}");
     let before = g.metrics().await;
     assert_eq!(
         sample(
@@ -519,11 +519,12 @@ async fn rejections_move_the_metrics() {
     assert_eq!(sample(&after, &requests) - sample(&before, &requests), 1.0);
     assert_eq!(sample(&after, &allowed) - sample(&before, &allowed), 1.0);
     assert_eq!(
-        sample(&after, "prefill_guard_rejections_total{route=\"other\",model=\"\",reason=\"route_not_allowed\"}"),
+        sample(&after, "prefill_guard_rejections_total{mode=\"proxy\",route=\"other\",model=\"\",reason=\"route_not_allowed\"}"),
         1.0
     );
-    let tokens =
-        format!("prefill_guard_prompt_tokens_count{{route=\"/generate\",model=\"{MODEL}\"}}");
+    let tokens = format!(
+        "prefill_guard_prompt_tokens_count{{mode=\"proxy\",route=\"/generate\",model=\"{MODEL}\"}}"
+    );
     assert_eq!(sample(&after, &tokens), 2.0);
     assert_eq!(
         sample(

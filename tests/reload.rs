@@ -160,7 +160,7 @@ async fn no_request_fails_while_reloading_under_load() {
     .map(|r| {
         sample(
             &text,
-            &format!("prefill_guard_requests_total{{route=\"{r}\",model=\"{MODEL}\",decision=\"allowed\"}}"),
+            &format!("prefill_guard_requests_total{{mode=\"proxy\",route=\"{r}\",model=\"{MODEL}\",decision=\"allowed\"}}"),
         )
     })
     .sum();
