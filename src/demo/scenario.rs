@@ -353,15 +353,18 @@ pub fn markers(text: &str) -> Vec<char> {
 
 /// The real guard, in-process, as `serve` runs it: the demo model, the
 /// dispatcher as upstream, the limit discovered from the prefill worker.
-struct DemoGuard {
-    addr: SocketAddr,
+pub struct DemoGuard {
+    /// The guard's proxy listener.
+    pub addr: SocketAddr,
     runtime: Arc<Runtime>,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl DemoGuard {
-    async fn start(
+    /// Starts the guard for model `model` (served as `demo`) in front of
+    /// `upstream` and returns once it has read its limit from `prefill`.
+    pub async fn start(
         model: &std::path::Path,
         upstream: SocketAddr,
         prefill: SocketAddr,
@@ -371,6 +374,9 @@ impl DemoGuard {
             admin_listen: Some("127.0.0.1:0".parse()?),
             upstream: Some(format!("http://{upstream}")),
             prefill_urls: Some(vec![format!("http://{prefill}")]),
+            // Room for every request the demo keeps in flight: shedding is
+            // the guard's answer to overload, not what the demo is about.
+            count_queue: Some(1024),
             model: RawModel {
                 name: Some(MODEL.into()),
                 tokenizer: Some(model.display().to_string()),
@@ -419,7 +425,7 @@ impl DemoGuard {
         })
     }
 
-    async fn stop(self) {
+    pub async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
         self.runtime.stop().await;

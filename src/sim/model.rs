@@ -24,7 +24,11 @@ impl SimModel {
             .ok_or_else(|| anyhow::anyhow!("{}: no tokenizer.json", dir.display()))?;
         Ok(Self {
             served_name: served_name.to_owned(),
-            model_path: dir.display().to_string(),
+            // Absolute: SGLang's router loads a tokenizer from `model_path`.
+            model_path: std::fs::canonicalize(dir)
+                .unwrap_or_else(|_| dir.to_owned())
+                .display()
+                .to_string(),
             counter,
             tokenizer,
         })
