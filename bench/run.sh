@@ -7,7 +7,7 @@
 #   --rev COMMIT  measure the guard as of COMMIT (exported with git archive and
 #                 built apart, in target/bench/), not the working tree; the
 #                 harness (bench/, examples/bench_*.rs) is always this one.
-# Durations: BENCH_SECONDS, BENCH_LONG_SECONDS, BENCH_FLOOD_SECONDS (see run.py).
+# Durations: BENCH_SECONDS, BENCH_LONG_REQUESTS, BENCH_FLOOD_SECONDS (see run.py).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
