@@ -15,9 +15,10 @@ import asyncio
 import gzip
 import json
 import random
+import socket
 import zlib
+from dataclasses import dataclass
 
-import httpx
 import pytest
 
 from conftest import LIMIT, MODEL, SUMMARY
@@ -106,6 +107,10 @@ VARIANTS = [
     ("percent-encoded path", "/v1/%63ompletions", JSON, completion(BIG)),
     ("query string", "/v1/completions?stream=false", JSON, completion(BIG)),
     ("upper-case path", "/V1/completions", JSON, completion(BIG)),
+    ("fragment", "/v1/completions#x", JSON, completion(BIG)),
+    ("absolute-form target", "http://127.0.0.1/v1/completions", JSON, completion(BIG)),
+    ("unknown model name", "/v1/completions", JSON,
+     dumps({"model": "someone-else", "prompt": BIG, "max_tokens": 256})),
 ]
 
 # Not over the limit for SGLang: its CompletionRequest has no `input_ids` field
@@ -123,12 +128,51 @@ def _prime(base: str, seed: int) -> None:
     asyncio.run(run_all(base, [make_request(rng, "A", "/v1/completions", False, MODEL, LIMIT) for _ in range(3)], 1))
 
 
-def _send(base: str, path: str, headers: dict, body) -> httpx.Response:
-    content = body.parts() if isinstance(body, Chunked) else body
-    return httpx.post(base + path, headers=headers, content=content, timeout=120)
+@dataclass
+class Answer:
+    status_code: int
+    text: str
+
+    def json(self):
+        return json.loads(self.text)
 
 
-def _foreign(r: httpx.Response) -> set[str]:
+def _send(base: str, path: str, headers: dict, body) -> Answer:
+    """POST with exactly these bytes on the wire: an HTTP client library would
+    normalise the path (httpx folds `/./`) or the framing."""
+    host, port = base.removeprefix("http://").rsplit(":", 1)
+    head = [f"POST {path} HTTP/1.1", f"host: {host}:{port}", "connection: close"]
+    head += [f"{k}: {v}" for k, v in headers.items()]
+    if isinstance(body, Chunked):
+        head.append("transfer-encoding: chunked")
+        payload = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in body.parts()) + b"0\r\n\r\n"
+    else:
+        head.append(f"content-length: {len(body)}")
+        payload = body
+    with socket.create_connection((host, int(port)), timeout=120) as s:
+        s.sendall("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    status_line, _, rest = raw.partition(b"\r\n")
+    header_block, _, content = rest.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in header_block.lower():
+        content = _dechunk(content)
+    return Answer(int(status_line.split()[1]), content.decode("utf-8", "replace"))
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = b""
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out, data = out + data[:size], data[size + 2 :]
+    return out
+
+
+def _foreign(r: Answer) -> set[str]:
     return {m.group(0) for m in SECRET.finditer(r.text)}
 
 
@@ -145,7 +189,7 @@ def report():
         }
 
 
-def _both_ways(vulnerable, report, name, path, headers, body) -> httpx.Response:
+def _both_ways(vulnerable, report, name, path, headers, body) -> Answer:
     """The variant straight to the router, then through the guard, each right
     after priming; returns the guarded answer."""
     _sim, router, guard = vulnerable
