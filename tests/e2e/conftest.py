@@ -19,6 +19,7 @@ Environment:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -167,6 +168,14 @@ class Proc:
 
 
 RUNNING: list[Proc] = []
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    # If pytest exits without running fixture teardown (an internal error,
+    # os._exit aside), the children are still ours to end.
+    for proc in list(RUNNING):
+        proc.stop(grace=2.0)
 
 
 def wait_until(what: str, proc: Proc, check, timeout: float = STARTUP_SECS):
