@@ -1,0 +1,202 @@
+//! `envoy.service.ext_proc.v3.ExternalProcessor/Process`: drives one
+//! [`Session`] per stream through the shared decision core (`gate`). The
+//! protocol lives in `session.rs`; this file only moves messages and asks
+//! `gate` to classify and judge.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    external_processor_server::ExternalProcessor, ProcessingRequest, ProcessingResponse,
+};
+use futures_util::Stream;
+use http::{Method, StatusCode, Uri};
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::session::{Class, Head, Session, Step};
+use crate::errors::Reason;
+use crate::gate::{self, Denial, Mode, Record};
+use crate::inspect::RouteClass;
+use crate::server::{App, Apps};
+
+/// Answers queued towards Envoy before the sender waits (echoing a large
+/// body is then paced by the stream's flow control, not held in memory).
+const OUTBOUND_QUEUE: usize = 16;
+
+pub struct ExtProc {
+    apps: Arc<Apps>,
+}
+
+impl ExtProc {
+    pub fn new(apps: Arc<Apps>) -> Self {
+        Self { apps }
+    }
+}
+
+type Outbound = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ExternalProcessor for ExtProc {
+    type ProcessStream = Outbound;
+
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Outbound>, Status> {
+        // The state as of the stream's start, kept to its end (as the proxy
+        // keeps it for a request across a reload).
+        let app = self.apps.load_full();
+        let inbound = request.into_inner();
+        let (tx, mut rx) = mpsc::channel(OUTBOUND_QUEUE);
+        tokio::spawn(run(app, inbound, tx));
+        let outbound = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        Ok(Response::new(Box::pin(outbound)))
+    }
+}
+
+type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
+
+/// The request being decided on this stream: what `gate` needs between the
+/// head and the body, and what `observe` reports.
+struct Exchange {
+    rec: Record,
+    method: String,
+    request_id: String,
+    started: Instant,
+    class: Option<RouteClass>,
+    headers: http::HeaderMap,
+}
+
+impl Exchange {
+    fn new() -> Self {
+        Self {
+            rec: Record::new(Mode::ExtProc),
+            method: String::new(),
+            request_id: String::new(),
+            started: Instant::now(),
+            class: None,
+            headers: http::HeaderMap::new(),
+        }
+    }
+}
+
+/// Reads the stream to its end. Returning drops `tx`, which ends the answer
+/// stream with OK: only after a decision (`Session::on_end`) or a refusal.
+async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
+    let mut session = Session::new(app.max_body_bytes);
+    let mut x = Exchange::new();
+    loop {
+        let msg = match inbound.message().await {
+            Ok(Some(msg)) => msg,
+            // Half-closed by Envoy.
+            Ok(None) => {
+                if let Err(status) = session.on_end() {
+                    let _ = tx.send(Err(status)).await;
+                }
+                return;
+            }
+            // Reset by Envoy (the client went away, a timeout): nobody is
+            // listening for an answer, and nothing was let through.
+            Err(status) => {
+                tracing::debug!(error = %status, "ext_proc stream reset by the data plane");
+                return;
+            }
+        };
+        let mut step = session.on_message(msg);
+        let out = loop {
+            step = match step {
+                Step::Send(out) => break out,
+                Step::Classify(head) => classify(&app, &mut session, &mut x, head),
+                Step::Judge(body) => {
+                    let class = x.class.take().expect("a judged body was classified");
+                    match gate::check_body(&app, class, &x.headers, body, &mut x.rec).await {
+                        Ok(_) => {
+                            x.rec.allowed = true;
+                            observe(&app, &x, None, StatusCode::OK);
+                            Step::Send(session.allow())
+                        }
+                        Err(reason) => Step::Refuse(reason),
+                    }
+                }
+                Step::Refuse(reason) => {
+                    let denial = Denial::new(&reason, x.rec.route, Mode::ExtProc);
+                    // A stream that goes wrong after its request was let
+                    // through is refused too, but counted once.
+                    if !session.decided() {
+                        observe(&app, &x, Some(&reason), denial.status);
+                    }
+                    Step::Send(session.deny(&denial))
+                }
+            };
+        };
+        if !session.observing() {
+            for r in out {
+                if tx.send(Ok(r)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if session.finished() {
+            return;
+        }
+    }
+}
+
+fn classify(app: &App, session: &mut Session, x: &mut Exchange, head: Head) -> Step {
+    x.method = head.method.clone();
+    x.request_id = crate::proxy::headers::request_id(&head.headers)
+        .to_str()
+        .unwrap_or_default()
+        .to_string();
+    let method = match Method::from_bytes(head.method.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => {
+            return Step::Refuse(Reason::MethodNotAllowed {
+                method: head.method.escape_debug().to_string(),
+                path: head.path,
+            })
+        }
+    };
+    let target: Uri = match head.path.parse() {
+        Ok(u) => u,
+        Err(_) => {
+            return Step::Refuse(Reason::BadPath(
+                "the request target is not a valid URI".into(),
+            ))
+        }
+    };
+    let gate_head = gate::Head {
+        method: &method,
+        target: &target,
+        headers: &head.headers,
+    };
+    match gate::classify(app, &gate_head, &mut x.rec) {
+        Ok(RouteClass::PassThrough(path)) => {
+            // Nothing to count: decided at the headers.
+            x.rec.pass_through = Some(path);
+            x.rec.allowed = true;
+            observe(app, x, None, StatusCode::OK);
+            session.classified(Class::PassThrough)
+        }
+        Ok(class @ RouteClass::Inspect(_)) => {
+            x.class = Some(class);
+            x.headers = head.headers;
+            session.classified(Class::Inspect)
+        }
+        Err(reason) => Step::Refuse(reason),
+    }
+}
+
+fn observe(app: &App, x: &Exchange, reason: Option<&Reason>, status: StatusCode) {
+    gate::observe(
+        app,
+        &x.rec,
+        reason,
+        &x.request_id,
+        &x.method,
+        status,
+        x.started.elapsed(),
+    );
+}
