@@ -16,6 +16,10 @@ pub enum Reason {
     /// `L >= max_req_input_len`: SGLang's prefill scheduler would stub it out.
     #[error("prompt of {tokens} tokens does not fit the limit of {limit} (refused at >= {limit})")]
     TooLong { tokens: usize, limit: usize },
+    /// As `TooLong`, but counting stopped once it reached the limit: the
+    /// prompt has *at least* `tokens` tokens (the exact number is not known).
+    #[error("prompt of at least {tokens} tokens does not fit the limit of {limit} (refused at >= {limit})")]
+    TooLongAtLeast { tokens: usize, limit: usize },
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
     #[error("duplicate key {0:?} in the JSON body")]
@@ -78,6 +82,7 @@ impl Reason {
     pub fn status(&self) -> StatusCode {
         match self {
             Reason::TooLong { .. }
+            | Reason::TooLongAtLeast { .. }
             | Reason::InvalidJson(_)
             | Reason::DuplicateKey(_)
             | Reason::InvalidRequest { .. }
@@ -100,7 +105,7 @@ impl Reason {
     /// for everything but a too-long prompt and an unknown model.
     pub fn label(&self) -> &'static str {
         match self {
-            Reason::TooLong { .. } => "context_length_exceeded",
+            Reason::TooLong { .. } | Reason::TooLongAtLeast { .. } => "context_length_exceeded",
             Reason::InvalidJson(_) => "invalid_json",
             Reason::DuplicateKey(_) => "duplicate_key",
             Reason::InvalidRequest { .. } => "invalid_request",
@@ -131,32 +136,10 @@ impl Reason {
     pub fn message(&self, route: Option<Route>) -> String {
         match self {
             Reason::TooLong { tokens, limit } => {
-                // SGLang refuses at `L >= max_req_input_len`, so the largest prompt
-                // that is served is one less; that is the number a client can budget with.
-                let max = limit.saturating_sub(1);
-                let shape = route.map_or(ErrorShape::OpenAi, Route::error_shape);
-                let param = route.map_or("messages", Route::prompt_param);
-                match (shape, param) {
-                    (ErrorShape::Sglang, _) => format!(
-                        "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
-                         Use a shorter input."
-                    ),
-                    // Anthropic's own wording, both numbers included.
-                    (ErrorShape::Anthropic, _) => {
-                        format!("prompt is too long: {tokens} tokens > {max} maximum")
-                    }
-                    (ErrorShape::Ollama, _) => format!(
-                        "prompt is too long: {tokens} tokens, the maximum is {max} tokens"
-                    ),
-                    (ErrorShape::OpenAi, p) if p != "messages" => format!(
-                        "This model's maximum context length is {max} tokens. However, your {p} \
-                         resulted in {tokens} tokens. Please reduce the length of the {p}."
-                    ),
-                    _ => format!(
-                        "This model's maximum context length is {max} tokens. However, your messages \
-                         resulted in {tokens} tokens. Please reduce the length of the messages."
-                    ),
-                }
+                too_long_message(&tokens.to_string(), *limit, route)
+            }
+            Reason::TooLongAtLeast { tokens, limit } => {
+                too_long_message(&format!("at least {tokens}"), *limit, route)
             }
             other => other.to_string(),
         }
@@ -175,7 +158,9 @@ impl Reason {
             ErrorShape::Ollama => json!({ "error": message }),
             ErrorShape::OpenAi => {
                 let (param, code) = match self {
-                    Reason::TooLong { .. } => (route.map(Route::prompt_param), self.label()),
+                    Reason::TooLong { .. } | Reason::TooLongAtLeast { .. } => {
+                        (route.map(Route::prompt_param), self.label())
+                    }
                     Reason::InvalidRequest { param, .. } => (*param, self.label()),
                     _ => (None, self.label()),
                 };
@@ -227,6 +212,37 @@ impl Reason {
     }
 }
 
+/// The too-long message in the route's wording; `tokens` is the count as
+/// told ("1234", or "at least 1000" when counting stopped at the limit).
+fn too_long_message(tokens: &str, limit: usize, route: Option<Route>) -> String {
+    // SGLang refuses at `L >= max_req_input_len`, so the largest prompt
+    // that is served is one less; that is the number a client can budget with.
+    let max = limit.saturating_sub(1);
+    let shape = route.map_or(ErrorShape::OpenAi, Route::error_shape);
+    let param = route.map_or("messages", Route::prompt_param);
+    match (shape, param) {
+        (ErrorShape::Sglang, _) => format!(
+            "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
+                 Use a shorter input."
+        ),
+        // Anthropic's own wording, both numbers included.
+        (ErrorShape::Anthropic, _) => {
+            format!("prompt is too long: {tokens} tokens > {max} maximum")
+        }
+        (ErrorShape::Ollama, _) => {
+            format!("prompt is too long: {tokens} tokens, the maximum is {max} tokens")
+        }
+        (ErrorShape::OpenAi, p) if p != "messages" => format!(
+            "This model's maximum context length is {max} tokens. However, your {p} \
+                 resulted in {tokens} tokens. Please reduce the length of the {p}."
+        ),
+        _ => format!(
+            "This model's maximum context length is {max} tokens. However, your messages \
+                 resulted in {tokens} tokens. Please reduce the length of the messages."
+        ),
+    }
+}
+
 /// A refusal bound to the route it happened on (so the body takes that route's shape).
 #[derive(Debug, Clone)]
 pub struct Refusal {
@@ -271,6 +287,26 @@ mod tests {
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains("maximum context length is 99 tokens"), "{msg}");
         assert!(msg.contains("resulted in 130 tokens"), "{msg}");
+    }
+
+    #[test]
+    fn a_stopped_count_says_at_least_in_every_shape() {
+        let r = Reason::TooLongAtLeast {
+            tokens: 100,
+            limit: 100,
+        };
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.label(), "context_length_exceeded");
+        let v: serde_json::Value =
+            serde_json::from_slice(&r.body(Some(Route::ChatCompletions))).unwrap();
+        assert_eq!(v["error"]["code"], "context_length_exceeded");
+        assert_eq!(v["error"]["param"], "messages");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("resulted in at least 100 tokens"), "{msg}");
+        for route in [Route::Generate, Route::Messages, Route::OllamaChat] {
+            let body = String::from_utf8(r.body(Some(route)).to_vec()).unwrap();
+            assert!(body.contains("at least 100 tokens"), "{body}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
-use crate::count::{Clock, ModelCounter, Unit};
+use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit};
 use crate::errors::Reason;
 use crate::inspect::{self, json, Route};
 use crate::policy::{self, Limits};
@@ -27,9 +27,18 @@ pub struct Decision {
     /// The served model the request was counted with, once known.
     pub model: Option<String>,
     /// The largest unit's token count, when counting got that far. For a
-    /// refused batch this is the first unit that did not fit.
+    /// refused batch this is the first unit that did not fit. Exact, or with
+    /// `method == EarlyExit` a lower bound at or above the limit; `None` when
+    /// the request was accepted by its upper bound (see `upper_bound`).
     pub tokens: Option<usize>,
-    /// Every unit's count, for an allowed request.
+    /// With `method == Bound`: the largest unit's upper bound (below the
+    /// limit); the prompt was not tokenized, so there is no count.
+    pub upper_bound: Option<usize>,
+    /// How the request was decided: `EarlyExit` if the refusing unit stopped
+    /// early, else `Bound` if any unit was decided by its bound, else `Exact`.
+    /// `None` when counting did not run to a verdict.
+    pub method: Option<CountMethod>,
+    /// Every unit's count, for an allowed request (bounds for `Bound` units).
     pub unit_tokens: Vec<usize>,
     pub limit: Option<usize>,
     /// Time spent counting (queueing for a counting thread included).
@@ -43,6 +52,8 @@ pub struct Guard {
     limits: Arc<Limits>,
     pool: CountPool,
     clock: Clock,
+    /// Never accept by the upper bound (`exact_counting`).
+    exact_counting: bool,
 }
 
 impl Guard {
@@ -59,7 +70,15 @@ impl Guard {
             limits,
             pool: CountPool::new(workers, queue),
             clock,
+            exact_counting: false,
         }
+    }
+
+    /// `exact_counting = true`: every prompt is tokenized (up to the limit),
+    /// none accepted by its upper bound.
+    pub fn with_exact_counting(mut self, exact: bool) -> Self {
+        self.exact_counting = exact;
+        self
     }
 
     pub fn limits(&self) -> &Arc<Limits> {
@@ -77,6 +96,8 @@ impl Guard {
             route,
             model: None,
             tokens: None,
+            upper_bound: None,
+            method: None,
             unit_tokens: Vec::new(),
             limit: None,
             count_time: Duration::ZERO,
@@ -107,15 +128,31 @@ impl Guard {
         let counted = self.count(model, request.units, limit).await;
         d.count_time = started.elapsed();
         let counts = counted?;
-        d.tokens = counts.iter().copied().max();
+        let method = overall_method(&counts);
+        d.method = Some(method);
+        let largest = counts.iter().map(|c| c.tokens).max();
+        // A bound is not a count: metrics and logs get no token number then.
+        if method == CountMethod::Bound {
+            d.upper_bound = largest;
+        } else {
+            d.tokens = largest;
+        }
         // `count` stops at the first unit that does not fit; report that one.
-        if let Some(&last) = counts.last() {
-            if let Err(e) = policy::check_unit(last, limit) {
-                d.tokens = Some(last);
-                return Err(e);
+        if let Some(last) = counts.last() {
+            if let Err(e) = policy::check_unit(last.tokens, limit) {
+                d.tokens = Some(last.tokens);
+                d.upper_bound = None;
+                d.method = Some(last.method);
+                return Err(match last.method {
+                    CountMethod::EarlyExit => Reason::TooLongAtLeast {
+                        tokens: last.tokens,
+                        limit,
+                    },
+                    _ => e,
+                });
             }
         }
-        d.unit_tokens = counts;
+        d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
         Ok(json::canonical(&value))
     }
 
@@ -141,37 +178,56 @@ impl Guard {
         model: &Model,
         units: Vec<Unit>,
         limit: usize,
-    ) -> Result<Vec<usize>, Reason> {
+    ) -> Result<Vec<Counted>, Reason> {
+        let policy = CountPolicy {
+            limit: Some(limit),
+            exact_only: self.exact_counting,
+            parallel: true,
+        };
         // Token ids and embeddings need no tokenizer: no reason to queue them.
         if units
             .iter()
             .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
         {
-            return count_units(&model.counter, &units, limit, self.clock);
+            return count_units(&model.counter, &units, policy, self.clock);
         }
         let counter = model.counter.clone();
         let clock = self.clock;
         self.pool
-            .run(move || count_units(&counter, &units, limit, clock))
+            .run(move || count_units(&counter, &units, policy, clock))
             .await?
     }
 }
 
-fn count_units(
+/// Counts each unit against the limit, stopping after the first that does
+/// not fit (each unit of a batch is its own sequence with its own limit).
+pub fn count_units(
     counter: &ModelCounter,
     units: &[Unit],
-    limit: usize,
+    policy: CountPolicy,
     clock: Clock,
-) -> Result<Vec<usize>, Reason> {
+) -> Result<Vec<Counted>, Reason> {
     let mut counts = Vec::with_capacity(units.len());
     for unit in units {
-        let n = counter.count(unit, clock)?;
-        counts.push(n);
-        if n >= limit {
+        let c = counter.count_with(unit, clock, policy)?;
+        counts.push(c);
+        if policy.limit.is_some_and(|l| c.tokens >= l) {
             break;
         }
     }
     Ok(counts)
+}
+
+/// The request's method: the weakest claim any unit's number makes.
+fn overall_method(counts: &[Counted]) -> CountMethod {
+    let has = |m| counts.iter().any(|c| c.method == m);
+    if has(CountMethod::EarlyExit) {
+        CountMethod::EarlyExit
+    } else if has(CountMethod::Bound) {
+        CountMethod::Bound
+    } else {
+        CountMethod::Exact
+    }
 }
 
 /// Only a body the guard parsed as JSON may be forwarded: SGLang's JSON routes

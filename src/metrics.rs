@@ -56,6 +56,7 @@ pub struct Metrics {
     rejections: CounterVec,
     upstream_errors: CounterVec,
     prompt_tokens: HistogramVec,
+    count_methods: CounterVec,
     count_seconds: HistogramVec,
     upstream_seconds: HistogramVec,
     in_flight: Arc<AtomicI64>,
@@ -102,6 +103,13 @@ impl Metrics {
                 "Counted prompt tokens (the largest unit of a batch), allowed and refused.",
                 &["mode", "route", "model"],
                 token_buckets(),
+            ),
+            count_methods: CounterVec::new(
+                "prefill_guard_count_method_total",
+                "Requests counted, by how the count decided: exact (tokenized to the end), bound \
+                 (an upper bound under the limit accepted it untokenized; not in prompt_tokens) or \
+                 early_exit (tokenizing stopped at the limit; prompt_tokens has the lower bound).",
+                &["mode", "route", "model", "method"],
             ),
             count_seconds: HistogramVec::new(
                 "prefill_guard_count_duration_seconds",
@@ -164,6 +172,11 @@ impl Metrics {
         self.prompt_tokens.observe(&[mode, route, model], tokens as f64);
     }
 
+    /// `method`: `CountMethod::label()`, a closed set.
+    pub fn count_method(&self, mode: &str, route: &str, model: &str, method: &'static str) {
+        self.count_methods.inc(&[mode, route, model, method]);
+    }
+
     pub fn count_duration(&self, mode: &str, route: &str, model: &str, took: Duration) {
         self.count_seconds
             .observe(&[mode, route, model], took.as_secs_f64());
@@ -199,6 +212,7 @@ impl Metrics {
         self.rejections.render(&mut out);
         self.upstream_errors.render(&mut out);
         self.prompt_tokens.render(&mut out);
+        self.count_methods.render(&mut out);
         self.count_seconds.render(&mut out);
         self.upstream_seconds.render(&mut out);
         header(

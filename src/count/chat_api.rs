@@ -9,7 +9,9 @@ use serde_json::{json, Map, Value};
 use super::preprocess::{self, Options};
 use super::template::{ChatTemplate, RenderContext};
 use super::tokenizer::TokenizerConfig;
-use super::{anthropic, ollama, responses, ChatApi, Clock, CountError, LoadError, ModelCounter};
+use super::{
+    anthropic, ollama, responses, ChatApi, Clock, CountError, Ctx, LoadError, ModelCounter,
+};
 
 /// A request converted to the `ChatCompletionRequest` SGLang builds from it:
 /// the body pydantic validates, plus how it then travels the chat path.
@@ -238,11 +240,12 @@ impl ModelCounter {
         api: ChatApi,
         body: &Value,
         clock: Clock,
+        ctx: &Ctx,
     ) -> Result<usize, CountError> {
         match api {
-            ChatApi::Ollama => self.count_ollama_chat(body, clock),
+            ChatApi::Ollama => self.count_ollama_chat(body, clock, ctx),
             ChatApi::Anthropic => {
-                self.count_converted(|inline| anthropic::convert(body, inline), clock)
+                self.count_converted(|inline| anthropic::convert(body, inline), clock, ctx)
             }
             ChatApi::Responses => {
                 if self.api.harmony {
@@ -254,7 +257,7 @@ impl ModelCounter {
                             .into(),
                     ));
                 }
-                self.count_converted(|inline| responses::convert(body, inline), clock)
+                self.count_converted(|inline| responses::convert(body, inline), clock, ctx)
             }
         }
     }
@@ -267,6 +270,7 @@ impl ModelCounter {
         &self,
         convert: impl Fn(bool) -> Result<Converted, CountError>,
         clock: Clock,
+        ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let readings: &[bool] = match self.api.inline_system {
             Some(true) => &[true],
@@ -287,7 +291,7 @@ impl ModelCounter {
                 };
                 let prepared = preprocess::prepare_with(&c.body, self.content_format(), &options);
                 seen.push(c);
-                self.count_prepared(prepared?, clock).map(Some)
+                self.count_prepared(prepared?, clock, ctx).map(Some)
             });
             match counted {
                 Ok(Some(n)) => best = best.max(Some(n)),
@@ -307,7 +311,12 @@ impl ModelCounter {
     /// `tokenizer.apply_chat_template(messages, tokenize=True,
     /// add_generation_prompt=True, return_dict=False)`: the template with no
     /// tools and no kwargs, encoded with `add_special_tokens=False`; no retry.
-    fn count_ollama_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
+    fn count_ollama_chat(
+        &self,
+        body: &Value,
+        clock: Clock,
+        ctx: &Ctx,
+    ) -> Result<usize, CountError> {
         let messages = ollama::chat_messages(body)?;
         let template = self
             .template
@@ -325,7 +334,7 @@ impl ModelCounter {
                 now: clock.now(),
             })
             .map_err(|e| CountError::Template(e.to_string()))?;
-        self.tokenizer()?.encode_len(&text, false)
+        self.measure(ctx, &text, false)
     }
 }
 

@@ -2,7 +2,9 @@
 //! `len(prompt_ids)`. Nothing in here knows about HTTP.
 
 pub mod anthropic;
+pub mod bound;
 mod chat_api;
+pub mod fast;
 pub mod ollama;
 pub mod preprocess;
 pub mod responses;
@@ -14,6 +16,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use bound::BoundRule;
+pub use fast::{Chunking, Tally};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
@@ -211,6 +215,87 @@ const _: () = {
     assert_send_sync::<ModelCounter>();
 };
 
+/// How a count was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CountMethod {
+    /// Tokenized to the end: the exact count.
+    Exact,
+    /// Not tokenized: an upper bound below the limit proved the prompt fits
+    /// (`bound.rs`); the number is that bound, not a count.
+    Bound,
+    /// Tokenizing stopped once the count reached the limit: the number is a
+    /// lower bound, at least the limit.
+    EarlyExit,
+}
+
+impl CountMethod {
+    /// The `method` label of `prefill_guard_count_method_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            CountMethod::Exact => "exact",
+            CountMethod::Bound => "bound",
+            CountMethod::EarlyExit => "early_exit",
+        }
+    }
+}
+
+/// A unit's count and how it was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// Exact for [`CountMethod::Exact`], an upper bound below the limit for
+    /// [`CountMethod::Bound`], a lower bound at or above it for
+    /// [`CountMethod::EarlyExit`].
+    pub tokens: usize,
+    pub method: CountMethod,
+}
+
+/// How [`ModelCounter::count_with`] may decide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CountPolicy {
+    /// The unit's limit (`L >= limit` is refused); `None`: count everything exactly.
+    pub limit: Option<usize>,
+    /// Never decide by the upper bound (`exact_counting`).
+    pub exact_only: bool,
+    /// Spread long texts over the counting pool.
+    pub parallel: bool,
+}
+
+/// One counting pass: either upper bounds, or exact counts with an optional
+/// early stop. Counts compose by sums, maxima and `n - 1`-style BOS removal,
+/// all monotone, so bounds compose into a bound and a stopped count into a
+/// lower bound.
+struct Ctx {
+    bound: bool,
+    limit: Option<usize>,
+    parallel: bool,
+    /// A text was measured by its bound.
+    used_bound: std::cell::Cell<bool>,
+    /// A text had no bound: the bound pass decides nothing.
+    unbounded: std::cell::Cell<bool>,
+    /// A text's counting stopped at the limit.
+    stopped: std::cell::Cell<bool>,
+}
+
+impl Ctx {
+    fn bound() -> Self {
+        Self {
+            bound: true,
+            ..Self::exact(None, false)
+        }
+    }
+
+    fn exact(limit: Option<usize>, parallel: bool) -> Self {
+        Self {
+            bound: false,
+            limit,
+            parallel,
+            used_bound: Default::default(),
+            unbounded: Default::default(),
+            stopped: Default::default(),
+        }
+    }
+}
+
 /// The wall clock `strftime_now` reads; pinned for reproducible counts.
 #[derive(Debug, Clone, Copy, Default)]
 pub enum Clock {
@@ -281,34 +366,141 @@ impl ModelCounter {
         self.tokenizer.is_some()
     }
 
-    /// The token count SGLang computes for one unit.
+    /// The token count SGLang computes for one unit, exactly.
     pub fn count(&self, unit: &Unit, clock: Clock) -> Result<usize, CountError> {
+        self.count_with(unit, clock, CountPolicy::default())
+            .map(|c| c.tokens)
+    }
+
+    /// Counts one unit under `policy`: with a limit, an upper bound below it
+    /// decides without tokenizing (unless `exact_only`), and exact counting
+    /// stops once the count reaches it.
+    pub fn count_with(
+        &self,
+        unit: &Unit,
+        clock: Clock,
+        policy: CountPolicy,
+    ) -> Result<Counted, CountError> {
+        if let (Some(limit), false) = (policy.limit, policy.exact_only) {
+            let ctx = Ctx::bound();
+            let n = self.count_in(unit, clock, &ctx)?;
+            if !ctx.used_bound.get() {
+                // Nothing was tokenized: `n` is exact (ids, embeddings).
+                return Ok(Counted {
+                    tokens: n,
+                    method: CountMethod::Exact,
+                });
+            }
+            if !ctx.unbounded.get() && n < limit {
+                return Ok(Counted {
+                    tokens: n,
+                    method: CountMethod::Bound,
+                });
+            }
+        }
+        let ctx = Ctx::exact(policy.limit, policy.parallel);
+        let n = self.count_in(unit, clock, &ctx)?;
+        if !ctx.stopped.get() {
+            return Ok(Counted {
+                tokens: n,
+                method: CountMethod::Exact,
+            });
+        }
+        if policy.limit.is_some_and(|l| n >= l) {
+            return Ok(Counted {
+                tokens: n,
+                method: CountMethod::EarlyExit,
+            });
+        }
+        // Every composition of counts is monotone, so a stopped count is at
+        // least the limit; should that ever not hold, count it all (fail closed).
+        let ctx = Ctx::exact(None, policy.parallel);
+        Ok(Counted {
+            tokens: self.count_in(unit, clock, &ctx)?,
+            method: CountMethod::Exact,
+        })
+    }
+
+    fn count_in(&self, unit: &Unit, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
         match unit {
             Unit::Ids(n) | Unit::Embeds(n) => Ok(*n),
             // `tokenizer(text)`: default `add_special_tokens=True`.
-            Unit::Text(text) => self.tokenizer()?.encode_len(text, true),
-            Unit::Chat(body) => self.count_chat(body, clock),
-            Unit::ChatApi(api, body) => self.count_chat_api(*api, body, clock),
+            Unit::Text(text) => self.measure(ctx, text, true),
+            Unit::Chat(body) => self.count_chat(body, clock, ctx),
+            Unit::ChatApi(api, body) => self.count_chat_api(*api, body, clock, ctx),
             Unit::Media(inner, items) => {
                 let media = self.media.charge(items)?;
-                Ok(self.count(inner, clock)?.saturating_add(media))
+                Ok(self.count_in(inner, clock, ctx)?.saturating_add(media))
             }
             Unit::Pair(_, _) if self.decoder_reranker => Err(CountError::Unsupported(
                 "rerank on a decoder reranker (Qwen3 reranker template) is not modelled by the guard"
                     .into(),
             )),
-            Unit::Pair(a, b) => self.tokenizer()?.encode_pair_len(a, b),
+            Unit::Pair(a, b) => {
+                if ctx.bound {
+                    // No bound is derived for the pair template: count it.
+                    ctx.used_bound.set(true);
+                    ctx.unbounded.set(true);
+                    return Ok(0);
+                }
+                self.tokenizer()?.encode_pair_len(a, b)
+            }
             Unit::Joined(pieces) => pieces.iter().try_fold(0usize, |sum, piece| {
-                Ok(sum
-                    + match piece {
-                        Piece::Tokens(n) => *n,
-                        Piece::Text {
-                            text,
-                            add_special_tokens,
-                        } => self.tokenizer()?.encode_len(text, *add_special_tokens)?,
-                    })
+                Ok(sum.saturating_add(match piece {
+                    Piece::Tokens(n) => *n,
+                    Piece::Text {
+                        text,
+                        add_special_tokens,
+                    } => self.measure(ctx, text, *add_special_tokens)?,
+                }))
             }),
         }
+    }
+
+    /// One text's count under `ctx`: its upper bound, or its exact count
+    /// (stopping at the limit, which marks `ctx` stopped).
+    fn measure(
+        &self,
+        ctx: &Ctx,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<usize, CountError> {
+        let tokenizer = self.tokenizer()?;
+        if ctx.bound {
+            ctx.used_bound.set(true);
+            return Ok(match tokenizer.upper_bound(text, add_special_tokens) {
+                Some(b) => b,
+                None => {
+                    ctx.unbounded.set(true);
+                    0
+                }
+            });
+        }
+        let tally = tokenizer.tally(text, add_special_tokens, ctx.limit, ctx.parallel)?;
+        if !tally.complete {
+            ctx.stopped.set(true);
+        }
+        Ok(tally.tokens)
+    }
+
+    /// `tokenizer.encode(prefix)` with default specials, a leading BOS removed.
+    fn measure_prefix(&self, ctx: &Ctx, prefix: &str) -> Result<usize, CountError> {
+        if ctx.bound {
+            // The BOS removal only lowers the count.
+            return self.measure(ctx, prefix, true);
+        }
+        let tokenizer = self.tokenizer()?;
+        // One more than the limit: up to one token is removed afterwards.
+        let limit = ctx.limit.map(|l| l.saturating_add(1));
+        let tally = tokenizer.tally(prefix, true, limit, ctx.parallel)?;
+        if !tally.complete {
+            ctx.stopped.set(true);
+            return Ok(tally.tokens.saturating_sub(1));
+        }
+        let skip = tally.tokens > 0
+            && tokenizer.bos_token_id().is_some()
+            && tokenizer.first_id(prefix, true)? == tokenizer.bos_token_id();
+        Ok(tally.tokens - usize::from(skip))
     }
 
     /// The chat prompt text after SGLang's preprocessing and the template
@@ -337,14 +529,20 @@ impl ModelCounter {
 
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
     /// `_append_assistant_prefix_to_prompt_ids`.
-    fn count_chat(&self, body: &Value, clock: Clock) -> Result<usize, CountError> {
+    fn count_chat(&self, body: &Value, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
         self.count_prepared(
             preprocess::prepare_with(body, self.content_format(), &self.chat_options())?,
             clock,
+            ctx,
         )
     }
 
-    fn count_prepared(&self, prepared: Prepared, clock: Clock) -> Result<usize, CountError> {
+    fn count_prepared(
+        &self,
+        prepared: Prepared,
+        clock: Clock,
+        ctx: &Ctx,
+    ) -> Result<usize, CountError> {
         let inputs = match prepared {
             Prepared::Ids(n) => return Ok(n),
             Prepared::Template(inputs) => inputs,
@@ -353,19 +551,13 @@ impl ModelCounter {
         let tokenizer = self.tokenizer()?;
         // encode_kwargs: `{"add_special_tokens": False}` when `encode("")` is
         // non-empty, else the default (`True`, which then adds nothing).
-        let mut n = tokenizer.encode_len(&rendered, !tokenizer.auto_adds_specials())?;
+        let mut n = self.measure(ctx, &rendered, !tokenizer.auto_adds_specials())?;
         drop(rendered);
         // The multimodal opt-in: each admitted media part adds its configured bound.
         n = n.saturating_add(inputs.media_tokens);
         if let Some(prefix) = inputs.assistant_prefix.as_deref().filter(|p| !p.is_empty()) {
-            // `tokenizer.encode(prefix)` with default specials, a leading BOS removed:
-            // the prefix is tokenized on its own, not in context.
-            let ids = tokenizer.encode_ids(prefix, true)?;
-            let skip = usize::from(
-                ids.first()
-                    .is_some_and(|first| Some(*first) == tokenizer.bos_token_id()),
-            );
-            n += ids.len() - skip;
+            // The prefix is tokenized on its own, not in context.
+            n = n.saturating_add(self.measure_prefix(ctx, prefix)?);
         }
         Ok(n)
     }

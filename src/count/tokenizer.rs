@@ -32,6 +32,8 @@ use std::path::Path;
 use serde_json::{json, Map, Value};
 use tokenizers::{AddedToken, Tokenizer};
 
+use super::bound::BoundRule;
+use super::fast::{Chunking, Pipeline, Tally};
 use super::{CountError, LoadError};
 
 /// transformers' `SPECIAL_TOKENS_ATTRIBUTES`, in its order.
@@ -324,6 +326,10 @@ impl AddedSpec {
 /// A tokenizer as SGLang loads it.
 pub struct TextTokenizer {
     pub(crate) inner: Tokenizer,
+    /// The encode pipeline without building an `Encoding` (`fast.rs`).
+    pipeline: Pipeline,
+    /// The upper bound this pipeline admits, if any (`bound.rs`).
+    bound: BoundRule,
     auto_adds_specials: bool,
     bos_token_id: Option<u32>,
     special_tokens: Vec<(String, String)>,
@@ -334,6 +340,7 @@ impl std::fmt::Debug for TextTokenizer {
         f.debug_struct("TextTokenizer")
             .field("auto_adds_specials", &self.auto_adds_specials)
             .field("bos_token_id", &self.bos_token_id)
+            .field("bound", &self.bound)
             .finish_non_exhaustive()
     }
 }
@@ -554,8 +561,12 @@ impl TextTokenizer {
             .encode_fast("", true)
             .map(|e| !e.get_ids().is_empty())
             .map_err(|e| e.to_string())?;
+        let pipeline = Pipeline::new(&inner)?;
+        let bound = BoundRule::derive(&inner);
         Ok(Self {
             inner,
+            pipeline,
+            bound,
             auto_adds_specials,
             bos_token_id,
             special_tokens,
@@ -569,6 +580,95 @@ impl TextTokenizer {
             .encode_fast(text, add_special_tokens)
             .map(|e| e.len())
             .map_err(|e| CountError::Tokenizer(e.to_string()))
+    }
+
+    /// The exact count through the `encode` pipeline without building an
+    /// `Encoding`, on the calling thread. Equal to [`Self::encode_len`].
+    pub fn count_exact(&self, text: &str, add_special_tokens: bool) -> Result<usize, CountError> {
+        self.pipeline
+            .count(&self.inner, text, add_special_tokens, None, None)
+            .map(|t| t.tokens)
+    }
+
+    /// As [`Self::count_exact`], long texts spread over the counting pool
+    /// (one thread per core). Equal to the sequential count.
+    pub fn count_parallel(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<usize, CountError> {
+        self.pipeline
+            .count(
+                &self.inner,
+                text,
+                add_special_tokens,
+                None,
+                Some(Chunking::DEFAULT),
+            )
+            .map(|t| t.tokens)
+    }
+
+    /// Counts until the count reaches `limit`: the exact count when it stays
+    /// below (or the text ends), else a lower bound `>= limit`
+    /// (`complete == false`).
+    pub fn count_until(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: usize,
+        parallel: bool,
+    ) -> Result<Tally, CountError> {
+        self.tally(text, add_special_tokens, Some(limit), parallel)
+    }
+
+    /// [`Self::count_until`] with explicit chunking (`None`: on this thread),
+    /// for tests that drive the parallel path with short texts.
+    #[doc(hidden)]
+    pub fn count_chunked(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+        chunking: Option<Chunking>,
+    ) -> Result<Tally, CountError> {
+        self.pipeline
+            .count(&self.inner, text, add_special_tokens, limit, chunking)
+    }
+
+    /// Counts with an optional limit (see [`Self::count_until`]).
+    pub(crate) fn tally(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+        parallel: bool,
+    ) -> Result<Tally, CountError> {
+        let chunking = parallel.then_some(Chunking::DEFAULT);
+        self.pipeline
+            .count(&self.inner, text, add_special_tokens, limit, chunking)
+    }
+
+    /// A sound upper bound on `encode_len(text, add_special_tokens)` without
+    /// tokenizing, or `None` when this tokenizer admits none (`bound.rs`).
+    pub fn upper_bound(&self, text: &str, add_special_tokens: bool) -> Option<usize> {
+        self.bound
+            .bound(text)
+            .map(|b| b.saturating_add(self.pipeline.additions(add_special_tokens)))
+    }
+
+    /// How the upper bound is computed, or why there is none.
+    pub fn bound_rule(&self) -> &BoundRule {
+        &self.bound
+    }
+
+    /// `encode(text, add_special_tokens)`'s first id.
+    pub fn first_id(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Option<u32>, CountError> {
+        self.pipeline
+            .first_id(&self.inner, text, add_special_tokens)
     }
 
     /// `tokenizer([[a, b]])` as SGLang's cross-encoder path calls it: default

@@ -1,0 +1,282 @@
+//! Counting tokens without building an `Encoding`, optionally across cores and
+//! stopping early once the count reaches a limit.
+//!
+//! `TokenizerImpl::encode_fast` in tokenizers 0.23.2 is, for one sequence:
+//! `added_vocabulary.extract_and_normalize(normalizer, text)` → the
+//! pre-tokenizer on the resulting `PreTokenizedString` → `Model::tokenize` on
+//! every split that is not already an added token → `post_process`. Only the
+//! number of ids matters here, so this module runs the same public calls in
+//! the same order and adds up split lengths instead of assembling ids, offsets
+//! and words. With truncation and padding disabled (`TextTokenizer` loads them
+//! as `null`) the post-processor's contribution does not depend on the text:
+//! it is measured once at load time by post-processing an empty encoding.
+//!
+//! Parallel counting splits only the list of pre-token splits, which is exactly
+//! where the tokenizer's own pre-tokenization split: the model sees each split
+//! on its own in `encode` too (`PreTokenizedString::tokenize` calls
+//! `Model::tokenize` per split), so the sum over contiguous chunks of splits is
+//! the sequential sum. `BPE::tokenize` keeps its merge cache per thread and a
+//! cache hit returns the merges the miss computed, so which thread counts a
+//! split changes nothing; a BPE with dropout is non-deterministic in
+//! tokenizers itself and is refused parallel counting (see
+//! [`Pipeline::parallel_safe`]).
+//!
+//! Early exit: every split's count is exact and non-negative, so a running sum
+//! of any subset of splits is a lower bound on the total. Counting stops once
+//! that sum plus the post-processor's tokens reaches the limit; the result then
+//! says "at least this many".
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use tokenizers::{
+    Encoding, Model, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Token,
+    Tokenizer,
+};
+
+use super::CountError;
+
+/// When and how a text is spread over the counting pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunking {
+    /// Below this many splits a text is counted on the calling thread:
+    /// handing work to the pool costs more than it saves.
+    pub min_splits: usize,
+    /// Splits per parallel task; small enough for early exit to react quickly
+    /// and for the cores to finish together.
+    pub chunk_splits: usize,
+}
+
+impl Chunking {
+    pub const DEFAULT: Chunking = Chunking {
+        min_splits: 4096,
+        chunk_splits: 2048,
+    };
+}
+
+/// The outcome of counting one text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// The exact count when `complete`, else a lower bound that reached the limit.
+    pub tokens: usize,
+    /// Every split was counted.
+    pub complete: bool,
+}
+
+/// What the post-processor adds to a single sequence, per `add_special_tokens`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pipeline {
+    /// `[add_special_tokens = false, add_special_tokens = true]`.
+    additions: [usize; 2],
+    /// Splits may be counted on several threads (the model is deterministic).
+    parallel_safe: bool,
+}
+
+impl Pipeline {
+    pub fn new(tokenizer: &Tokenizer) -> Result<Self, String> {
+        let mut additions = [0usize; 2];
+        for (slot, add) in additions.iter_mut().zip([false, true]) {
+            *slot = tokenizer
+                .post_process(Encoding::default(), None, add)
+                .map_err(|e| format!("post-processor: {e}"))?
+                .len();
+        }
+        let parallel_safe = match tokenizer.get_model() {
+            tokenizers::ModelWrapper::BPE(bpe) => bpe.dropout.is_none_or(|p| p == 0.0),
+            _ => true,
+        };
+        Ok(Self {
+            additions,
+            parallel_safe,
+        })
+    }
+
+    /// Tokens the post-processor adds to one sequence.
+    pub fn additions(&self, add_special_tokens: bool) -> usize {
+        self.additions[usize::from(add_special_tokens)]
+    }
+
+    pub fn parallel_safe(&self) -> bool {
+        self.parallel_safe
+    }
+
+    /// Counts `text`, stopping once the count reaches `limit` (if any).
+    /// `parallel`: long texts are spread over the counting pool as it says.
+    pub fn count(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+        parallel: Option<Chunking>,
+    ) -> Result<Tally, CountError> {
+        let extra = self.additions(add_special_tokens);
+        if limit.is_some_and(|l| extra >= l) && !text.is_empty() {
+            // The post-processor alone reaches the limit.
+            return Ok(Tally {
+                tokens: extra,
+                complete: false,
+            });
+        }
+        let pre = pre_tokenize(tokenizer, text)?;
+        let splits = pre.get_splits(OffsetReferential::Normalized, OffsetType::None);
+        let model_limit = limit.map(|l| l - extra.min(l));
+        let model = tokenizer.get_model();
+        let tally = match parallel {
+            Some(c) if self.parallel_safe && splits.len() >= c.min_splits.max(2) => {
+                count_parallel(model, &splits, model_limit, c.chunk_splits.max(1))?
+            }
+            _ => count_sequential(model, &splits, model_limit, &AtomicBool::new(false), None)?,
+        };
+        Ok(Tally {
+            tokens: tally.tokens.saturating_add(extra),
+            complete: tally.complete,
+        })
+    }
+
+    /// The first id `encode(text, add_special_tokens)` produces, if any.
+    pub fn first_id(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        add_special_tokens: bool,
+    ) -> Result<Option<u32>, CountError> {
+        let pre = pre_tokenize(tokenizer, text)?;
+        let mut first: Vec<Token> = Vec::new();
+        for (piece, _, tokens) in pre.get_splits(OffsetReferential::Normalized, OffsetType::None) {
+            first = match tokens {
+                Some(t) => t.clone(),
+                None => tokenizer.get_model().tokenize(piece).map_err(tok_err)?,
+            };
+            if !first.is_empty() {
+                break;
+            }
+        }
+        // Post-process what starts the sequence: a processor that prepends
+        // tokens puts them first whatever follows.
+        let enc = tokenizer
+            .post_process(Encoding::from_tokens(first, 0), None, add_special_tokens)
+            .map_err(tok_err)?;
+        Ok(enc.get_ids().first().copied())
+    }
+}
+
+fn tok_err(e: impl std::fmt::Display) -> CountError {
+    CountError::Tokenizer(e.to_string())
+}
+
+/// `extract_and_normalize` then the pre-tokenizer, as `encode_single_sequence` does.
+fn pre_tokenize(tokenizer: &Tokenizer, text: &str) -> Result<PreTokenizedString, CountError> {
+    let mut pre = tokenizer
+        .get_added_vocabulary()
+        .extract_and_normalize(tokenizer.get_normalizer(), text);
+    if let Some(p) = tokenizer.get_pre_tokenizer() {
+        p.pre_tokenize(&mut pre).map_err(tok_err)?;
+    }
+    Ok(pre)
+}
+
+type Split<'a> = (&'a str, (usize, usize), &'a Option<Vec<Token>>);
+
+fn split_len<M: Model>(
+    model: &M,
+    piece: &str,
+    tokens: &Option<Vec<Token>>,
+) -> Result<usize, CountError> {
+    match tokens {
+        // An added token extracted before the model runs.
+        Some(t) => Ok(t.len()),
+        None => model.tokenize(piece).map(|t| t.len()).map_err(tok_err),
+    }
+}
+
+/// Counts `splits` in order. `stop` is raised by whichever task reaches the
+/// limit first; `shared` is the running total across tasks.
+fn count_sequential<M: Model>(
+    model: &M,
+    splits: &[Split<'_>],
+    limit: Option<usize>,
+    stop: &AtomicBool,
+    shared: Option<&AtomicUsize>,
+) -> Result<Tally, CountError> {
+    let mut sum = 0usize;
+    for (i, (piece, _, tokens)) in splits.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Tally {
+                tokens: sum,
+                complete: false,
+            });
+        }
+        let n = split_len(model, piece, tokens)?;
+        sum += n;
+        let Some(limit) = limit else { continue };
+        let reached = match shared {
+            Some(total) => total.fetch_add(n, Ordering::Relaxed) + n >= limit,
+            None => sum >= limit,
+        };
+        if reached && i + 1 < splits.len() {
+            stop.store(true, Ordering::Relaxed);
+            return Ok(Tally {
+                tokens: sum,
+                complete: false,
+            });
+        }
+    }
+    Ok(Tally {
+        tokens: sum,
+        complete: true,
+    })
+}
+
+/// Contiguous chunks of splits on the counting pool, summed. When one task
+/// sees the shared total reach the limit, the others stop at their next split;
+/// what was counted is still an exact count of those splits, so the sum stays
+/// a lower bound.
+fn count_parallel<M: Model + Sync>(
+    model: &M,
+    splits: &[Split<'_>],
+    limit: Option<usize>,
+    chunk_splits: usize,
+) -> Result<Tally, CountError> {
+    use rayon::prelude::*;
+    let stop = AtomicBool::new(false);
+    let total = AtomicUsize::new(0);
+    let parts: Vec<Result<Tally, CountError>> = pool().install(|| {
+        splits
+            .par_chunks(chunk_splits)
+            .map(|chunk| count_sequential(model, chunk, limit, &stop, Some(&total)))
+            .collect()
+    });
+    let mut sum = Tally {
+        tokens: 0,
+        complete: true,
+    };
+    for part in parts {
+        let part = part?;
+        sum.tokens += part.tokens;
+        sum.complete &= part.complete;
+    }
+    // A task stopped by another one may have been its last chunk: the sum is
+    // complete exactly when no split was skipped.
+    Ok(sum)
+}
+
+/// Threads for intra-request parallelism, one per core.
+fn pool() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("pg-count-{i}"))
+            .build()
+            .expect("the counting pool starts")
+    })
+}
+
+/// Threads in the intra-request counting pool.
+pub fn pool_threads() -> usize {
+    pool().current_num_threads()
+}
