@@ -41,8 +41,12 @@ def secret(tenant: str = "A") -> tuple[str, str]:
 
 
 def test_models_list(guarded):
-    ids = [m.id for m in client(guarded).models.list()]
-    assert MODEL in ids
+    models = {m.id: m for m in client(guarded).models.list()}
+    assert MODEL in models
+    # A client that budgets by max_model_len must not be told more than the
+    # prefill pool takes (the workers report the context length, far above it).
+    reported = (models[MODEL].model_extra or {}).get("max_model_len")
+    assert reported is None or reported <= LIMIT
 
 
 def test_chat(guarded):
