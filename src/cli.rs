@@ -141,6 +141,21 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allow_routes: Vec<String>,
+    /// Address of the gRPC listener: Envoy ext_authz (envoy.service.auth.v3), ext_proc
+    /// (envoy.service.ext_proc.v3) and grpc.health.v1 (off unless set).
+    #[arg(long, env = "PREFILL_GUARD_GRPC_LISTEN")]
+    pub grpc_listen: Option<SocketAddr>,
+    /// Address of the HTTP authorization listener: Envoy/Istio ext_authz over HTTP and
+    /// Traefik ForwardAuth (off unless set). Answers 200 to allow, the native refusal to deny.
+    #[arg(long, env = "PREFILL_GUARD_AUTHZ_LISTEN")]
+    pub authz_listen: Option<SocketAddr>,
+    /// Envoy's `path_prefix` (Istio's `pathPrefix`), stripped from each check request's path;
+    /// with `--authz-style traefik`, the path of the ForwardAuth address.
+    #[arg(long, env = "PREFILL_GUARD_AUTHZ_PATH_PREFIX")]
+    pub authz_path_prefix: Option<String>,
+    /// Who calls --authz-listen: envoy (also Istio; default) or traefik (ForwardAuth).
+    #[arg(long, env = "PREFILL_GUARD_AUTHZ_STYLE", value_enum)]
+    pub authz_style: Option<crate::config::AuthzStyle>,
 }
 
 impl ServeArgs {
@@ -162,6 +177,10 @@ impl ServeArgs {
             discovery_interval_ms: self.discovery_interval_ms,
             rewrite_models_max_len: self.rewrite_models_max_len,
             allow_routes: (!self.allow_routes.is_empty()).then(|| self.allow_routes.clone()),
+            grpc_listen: self.grpc_listen,
+            authz_listen: self.authz_listen,
+            authz_path_prefix: self.authz_path_prefix.clone(),
+            authz_style: self.authz_style,
             model: RawModel {
                 name: self.served_model_name.clone(),
                 tokenizer: self.tokenizer.clone(),
@@ -308,15 +327,58 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     let admin = TcpListener::bind(config.admin_listen)
         .await
         .map_err(|e| anyhow::anyhow!("admin-listen {}: {e}", config.admin_listen))?;
+    let grpc = match config.grpc_listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("grpc-listen {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
+    let authz = match config.authz.listen {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("authz-listen {addr}: {e}"))?,
+        ),
+        None => None,
+    };
+    let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
     tracing::info!(
         listen = %proxy.local_addr()?,
         admin_listen = %admin.local_addr()?,
+        grpc_listen = grpc_addr.map(tracing::field::display),
+        authz_listen = authz_addr.map(tracing::field::display),
         upstream = %config.upstream,
         prefill_urls = config.prefill_urls.len(),
         "prefill-guard serving"
     );
-    let served =
-        crate::server::run_swappable(proxy, admin, runtime.apps(), shutdown_signal()).await;
+    // One signal stops every listener; the gRPC one drains alongside the proxy.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let grpc = grpc.map(|listener| {
+        let mut stopped = stopped.clone();
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        tokio::spawn(crate::ext::grpc::serve(listener, runtime.apps(), until))
+    });
+    let signal = async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    };
+    let listeners = crate::server::Listeners {
+        proxy,
+        admin,
+        authz,
+    };
+    let served = crate::server::run_listeners(listeners, runtime.apps(), signal).await;
+    if let Some(grpc) = grpc {
+        // Streams still open after the grace are dropped with the process.
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(config.shutdown_grace, grpc).await {
+            tracing::error!(error = %e, "the gRPC listener failed");
+        }
+    }
     #[cfg(unix)]
     sighup.abort();
     runtime.stop().await;

@@ -41,6 +41,35 @@ pub struct Config {
     /// DANGEROUS: canonical paths forwarded uninspected (`allow_routes`),
     /// checked at startup to carry no prompt.
     pub allow_routes: crate::inspect::allow::AllowList,
+    /// The gRPC listener (Envoy ext_authz and ext_proc, gRPC health), if any.
+    pub grpc_listen: Option<SocketAddr>,
+    /// The HTTP authorization listener (Envoy/Istio ext_authz, Traefik ForwardAuth).
+    pub authz: AuthzConfig,
+}
+
+/// The HTTP authorization service (`ext::authz_http`): off unless `listen` is set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthzConfig {
+    pub listen: Option<SocketAddr>,
+    /// Envoy's `path_prefix` (Istio's `pathPrefix`), stripped from the check
+    /// request's path; a check without it is refused. Empty: none. With
+    /// Traefik, the path of the ForwardAuth `address` (`/` when empty).
+    pub path_prefix: String,
+    pub style: AuthzStyle,
+}
+
+/// Who calls the authorization listener, which decides where the original
+/// request's method and target are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthzStyle {
+    /// Envoy ext_authz HTTP and Istio `envoyExtAuthzHttp`: the check request
+    /// carries the original method and (prefixed) path; `X-Forwarded-*` are ignored.
+    #[default]
+    Envoy,
+    /// Traefik ForwardAuth: the original method and target are Traefik's
+    /// `X-Forwarded-Method` and `X-Forwarded-Uri` (`trustForwardHeader: false`).
+    Traefik,
 }
 
 /// One served model: how to count its prompts and where its limit comes from.
@@ -99,6 +128,14 @@ pub struct RawConfig {
     pub rewrite_models_max_len: Option<bool>,
     /// Canonical paths passed through uninspected (dangerous; prompt routes refused).
     pub allow_routes: Option<Vec<String>>,
+    /// Envoy ext_authz / ext_proc over gRPC, and gRPC health (off by default).
+    pub grpc_listen: Option<SocketAddr>,
+    /// Envoy/Istio ext_authz over HTTP and Traefik ForwardAuth (off by default).
+    pub authz_listen: Option<SocketAddr>,
+    /// Envoy's `path_prefix`, stripped from every check request's path.
+    pub authz_path_prefix: Option<String>,
+    /// `envoy` (default) or `traefik`.
+    pub authz_style: Option<AuthzStyle>,
     /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
     #[serde(flatten)]
     pub model: RawModel,
@@ -166,6 +203,10 @@ impl RawConfig {
             discovery_interval_ms: over.discovery_interval_ms.or(self.discovery_interval_ms),
             rewrite_models_max_len: over.rewrite_models_max_len.or(self.rewrite_models_max_len),
             allow_routes: over.allow_routes.or(self.allow_routes),
+            grpc_listen: over.grpc_listen.or(self.grpc_listen),
+            authz_listen: over.authz_listen.or(self.authz_listen),
+            authz_path_prefix: over.authz_path_prefix.or(self.authz_path_prefix),
+            authz_style: over.authz_style.or(self.authz_style),
             model: RawModel {
                 name: over.model.name.or(self.model.name),
                 tokenizer: over.model.tokenizer.or(self.model.tokenizer),
@@ -290,6 +331,29 @@ pub fn http_base_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
     Ok(uri)
 }
 
+/// `authz_path_prefix`: empty, or a canonical path (no trailing slash, no
+/// query, nothing percent-encoded), so stripping it is a plain byte prefix
+/// match that no other spelling of the same path can slip past.
+fn authz_path_prefix(text: &str) -> Result<String, ConfigError> {
+    if text.is_empty() {
+        return Ok(String::new());
+    }
+    let bad = || {
+        ConfigError(format!(
+            "authz_path_prefix `{text}` must be a canonical path such as `/authz` \
+             (leading `/`, no trailing `/`, no query, no `%`)"
+        ))
+    };
+    let uri: http::Uri = text.parse().map_err(|_| bad())?;
+    if text.contains(['%', '?']) || text.ends_with('/') {
+        return Err(bad());
+    }
+    match crate::inspect::path::canonical_path(&uri) {
+        Ok(p) if p == text => Ok(p),
+        _ => Err(bad()),
+    }
+}
+
 /// SGLang's `max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5`
 /// (`tp_worker.py::get_worker_info`).
 pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize) -> Option<usize> {
@@ -376,6 +440,12 @@ impl Config {
                 raw.allow_routes.as_deref().unwrap_or_default(),
             )
             .map_err(ConfigError)?,
+            grpc_listen: raw.grpc_listen,
+            authz: AuthzConfig {
+                listen: raw.authz_listen,
+                path_prefix: authz_path_prefix(raw.authz_path_prefix.as_deref().unwrap_or(""))?,
+                style: raw.authz_style.unwrap_or_default(),
+            },
         })
     }
 
@@ -523,6 +593,34 @@ mod tests {
             };
             assert!(Config::resolve(raw).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn authz_settings() {
+        let raw = RawConfig::from_toml(
+            "upstream = \"http://127.0.0.1:1\"\ntokenizer = \"t\"\nmax_req_input_len = 9\n\
+             authz_listen = \"127.0.0.1:9001\"\nauthz_path_prefix = \"/authz\"\nauthz_style = \"traefik\"\n",
+        )
+        .unwrap();
+        let cfg = Config::resolve(raw.clone()).unwrap();
+        assert_eq!(cfg.authz.listen, Some("127.0.0.1:9001".parse().unwrap()));
+        assert_eq!(cfg.authz.path_prefix, "/authz");
+        assert_eq!(cfg.authz.style, AuthzStyle::Traefik);
+        for bad in ["authz", "/authz/", "/a%7A", "/a?b", "/a//b", "/a/../b", "/"] {
+            let raw = RawConfig {
+                authz_path_prefix: Some(bad.into()),
+                ..raw.clone()
+            };
+            assert!(Config::resolve(raw).is_err(), "{bad}");
+        }
+        let off = Config::resolve(RawConfig {
+            authz_listen: None,
+            authz_path_prefix: None,
+            authz_style: None,
+            ..raw
+        })
+        .unwrap();
+        assert_eq!(off.authz, AuthzConfig::default());
     }
 
     #[test]

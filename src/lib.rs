@@ -14,6 +14,7 @@ pub mod config;
 pub mod count;
 pub mod demo;
 pub mod errors;
+pub mod ext;
 pub mod gate;
 pub mod guard;
 pub mod hub;

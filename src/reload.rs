@@ -209,6 +209,12 @@ fn warn_restart_only(old: &Config, new: &Config) {
     if old.admin_listen != new.admin_listen {
         ignored.push("admin_listen");
     }
+    if old.grpc_listen != new.grpc_listen {
+        ignored.push("grpc_listen");
+    }
+    if old.authz.listen != new.authz.listen {
+        ignored.push("authz_listen");
+    }
     if old.log_format != new.log_format {
         ignored.push("log_format");
     }

@@ -1,10 +1,11 @@
-//! The listeners: the proxy port (HTTP/1.1 and h2c) in front of SGLang, and
-//! the admin port (metrics, liveness, readiness). `run` takes listeners that
-//! are already bound, so tests start the real server on `127.0.0.1:0`.
+//! The listeners: the proxy port (HTTP/1.1 and h2c) in front of SGLang, the
+//! admin port (metrics, liveness, readiness) and, when configured, the HTTP
+//! authorization port (`ext::authz_http`). `run` takes listeners that are
+//! already bound, so tests start the real server on `127.0.0.1:0`.
 
 mod admin;
-mod body;
-mod framing;
+pub(crate) mod body;
+pub(crate) mod framing;
 mod handler;
 mod models;
 
@@ -50,6 +51,9 @@ pub struct App {
     pub allow_routes: crate::inspect::allow::AllowList,
     /// The prefill workers' last answers, for `/metrics` (`None`: static limits only).
     pub discovery: Option<Arc<Discovery>>,
+    /// How the HTTP authorization listener reads check requests (its
+    /// address is in `listen`, fixed at start; the rest follows reloads).
+    pub authz: crate::config::AuthzConfig,
 }
 
 /// The current [`App`], swapped whole on reload.
@@ -89,6 +93,7 @@ impl App {
             rewrite_models_max_len: config.rewrite_models_max_len,
             allow_routes: config.allow_routes.clone(),
             discovery,
+            authz: config.authz.clone(),
         })
     }
 }
@@ -113,17 +118,63 @@ pub async fn run_swappable(
     apps: Arc<Apps>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let listeners = Listeners {
+        proxy,
+        admin,
+        authz: None,
+    };
+    run_listeners(listeners, apps, shutdown).await
+}
+
+/// Every HTTP listener `serve` binds.
+pub struct Listeners {
+    pub proxy: TcpListener,
+    pub admin: TcpListener,
+    /// The HTTP authorization service (`--authz-listen`), if configured.
+    pub authz: Option<TcpListener>,
+}
+
+/// [`run_swappable`] with every listener; all of them stop accepting at
+/// `shutdown` and drain under the same grace.
+pub async fn run_listeners(
+    listeners: Listeners,
+    apps: Arc<Apps>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let Listeners {
+        proxy,
+        admin,
+        authz,
+    } = listeners;
     let graceful = GracefulShutdown::new();
     let builder = connection_builder();
-    let (mut proxy_conns, mut admin_conns) = (JoinSet::new(), JoinSet::new());
+    let (mut proxy_conns, mut admin_conns, mut authz_conns) =
+        (JoinSet::new(), JoinSet::new(), JoinSet::new());
     let proxy_apps = apps.clone();
     let admin_apps = apps.clone();
+    let authz_apps = apps.clone();
+    let authz_accept = async {
+        match &authz {
+            Some(l) => {
+                accept(
+                    l,
+                    &builder,
+                    &graceful,
+                    &mut authz_conns,
+                    move |_, framing| authz_service(authz_apps.clone(), framing),
+                )
+                .await
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer, framing| proxy_service(proxy_apps.clone(), peer, framing)) => {}
         () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_, _| admin_service(admin_apps.clone())) => {}
+        () = authz_accept => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
-    drop((proxy, admin));
+    drop((proxy, admin, authz));
     let grace = apps.load().shutdown_grace;
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
@@ -212,6 +263,29 @@ fn proxy_service(
             let id = crate::proxy::headers::request_id(req.headers());
             let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
             Ok(handler::handle(&app, client, id, req)
+                .instrument(span)
+                .await)
+        }
+    })
+}
+
+fn authz_service(
+    apps: Arc<Apps>,
+    framing: framing::Connection,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<http_body_util::Full<bytes::Bytes>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
+                 + Send,
+> + Send {
+    service_fn(move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(framing.next_verdict());
+        let app = apps.load_full();
+        async move {
+            let id = crate::proxy::headers::request_id(req.headers());
+            let span = tracing::info_span!("authz", request_id = id.to_str().unwrap_or_default());
+            Ok(crate::ext::authz_http::handle(&app, id, req)
                 .instrument(span)
                 .await)
         }

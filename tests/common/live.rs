@@ -75,6 +75,7 @@ pub async fn start_live_with_upstream(upstream: Option<String>, extra: &str) -> 
         shutdown: Some(tx),
         server: Some(server),
         limits: runtime.current().guard.limits().clone(),
+        grpc: None,
         _model_dir: dir,
     };
     Live {

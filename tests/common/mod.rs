@@ -258,6 +258,8 @@ pub struct Options {
     pub allow_routes: Vec<&'static str>,
     /// The demo model's multimodal opt-in (none: media refused).
     pub media: MediaBounds,
+    /// Also serve the gRPC listener (ext_authz, ext_proc, health) on `127.0.0.1:0`.
+    pub grpc: bool,
 }
 
 impl Default for Options {
@@ -271,6 +273,7 @@ impl Default for Options {
             upstream: None,
             allow_routes: Vec::new(),
             media: MediaBounds::default(),
+            grpc: false,
         }
     }
 }
@@ -284,6 +287,8 @@ pub struct Guarded {
     pub server: Option<JoinHandle<std::io::Result<()>>>,
     /// The guard's limits, to change them while it runs.
     pub limits: Arc<Limits>,
+    /// The gRPC listener, with `Options::grpc`.
+    pub grpc: Option<SocketAddr>,
     _model_dir: tempfile::TempDir,
 }
 
@@ -341,6 +346,8 @@ pub async fn start(opts: Options) -> Guarded {
         discovery_interval: Duration::from_secs(30),
         rewrite_models_max_len: true,
         allow_routes: prefill_guard::inspect::allow::AllowList::new(&opts.allow_routes).unwrap(),
+        grpc_listen: None,
+        authz: Default::default(),
     };
     let app = Arc::new(App::new(&config, guard).unwrap());
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -349,6 +356,19 @@ pub async fn start(opts: Options) -> Guarded {
         proxy_listener.local_addr().unwrap(),
         admin_listener.local_addr().unwrap(),
     );
+    let grpc = if opts.grpc {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let apps = Arc::new(arc_swap::ArcSwap::new(app.clone()));
+        tokio::spawn(prefill_guard::ext::grpc::serve(
+            listener,
+            apps,
+            std::future::pending(),
+        ));
+        Some(addr)
+    } else {
+        None
+    };
     let (tx, rx) = oneshot::channel::<()>();
     let server = tokio::spawn(server::run(proxy_listener, admin_listener, app, async {
         let _ = rx.await;
@@ -361,6 +381,7 @@ pub async fn start(opts: Options) -> Guarded {
         shutdown: Some(tx),
         server: Some(server),
         limits,
+        grpc,
         _model_dir: dir,
     }
 }

@@ -1,0 +1,227 @@
+//! ext_authz over HTTP: the guard as the authorization service of another
+//! proxy that forwards what the guard allows.
+//!
+//! Callers (`authz_style`):
+//! - **Envoy** `ext_authz` with an `http_service` and Istio's
+//!   `envoyExtAuthzHttp`: the check request carries the client's method, its
+//!   path with `path_prefix` in front (`authz_path_prefix` here; a path
+//!   without it is refused), the headers Envoy lets through and, with
+//!   `with_request_body`, the body. `X-Forwarded-*` headers are ignored: they
+//!   may come from the client.
+//! - **Traefik** `forwardAuth` with `forwardBody: true`: the check request
+//!   goes to the configured address (its path must be `authz_path_prefix`, or
+//!   `/`), usually as `GET`, with the client's headers and body; the client's
+//!   method and target are `X-Forwarded-Method` and `X-Forwarded-Uri`. Traefik
+//!   sets those itself unless `trustForwardHeader` is on, in which case a
+//!   client could choose them: with a spoofed `X-Forwarded-Uri: /health`, a
+//!   chat request would be judged as a health probe and let through. So
+//!   `trustForwardHeader` must stay off (Traefik's default), and the guard
+//!   listens in one style only: Envoy checks never read those headers.
+//!
+//! Answers: `200` with an empty body to allow (with `x-prefill-guard-tokens`
+//! when the prompt was counted). Anything else is a deny with the refusal the
+//! proxy would have answered (`gate::Denial`): the route's native status and
+//! JSON error body, except that a deny is never a 5xx (Envoy would read it as
+//! the service failing, and `failure_mode_allow` turns that into an allow).
+//! This listener answers nothing but decisions: no health or metrics here
+//! (they are on the admin port), so a `200` always means "checked and allowed".
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use http_body_util::Full;
+use hyper::body::Incoming;
+
+use crate::config::AuthzStyle;
+use crate::errors::Reason;
+use crate::gate::{self, Denial, Head, Mode, Record};
+use crate::proxy::headers::X_REQUEST_ID;
+use crate::server::body::read_capped;
+use crate::server::framing;
+use crate::server::App;
+
+/// On an allow: the prompt's token count (the largest unit of a batch), for
+/// Envoy's `allowed_upstream_headers` or Traefik's `authResponseHeaders`.
+pub const X_PREFILL_GUARD_TOKENS: HeaderName = HeaderName::from_static("x-prefill-guard-tokens");
+
+const X_FORWARDED_METHOD: &str = "x-forwarded-method";
+const X_FORWARDED_URI: &str = "x-forwarded-uri";
+
+/// One check request, from arrival to the answer; metrics and the decision
+/// log line are written by `gate::observe` as for the proxy.
+pub async fn handle(
+    app: &App,
+    request_id: HeaderValue,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let _in_flight = app.metrics.in_flight();
+    let started = Instant::now();
+    let mut rec = Record::new(Mode::ExtAuthzHttp);
+    let mut body_pending = !req.body().is_end_stream();
+    // Until the original method is known, the log names the check's own.
+    let mut method = req.method().to_string();
+    let outcome = check(app, req, &mut rec, &mut body_pending, &mut method).await;
+    let response = match &outcome {
+        Ok(()) => allow(&rec),
+        Err(reason) => deny(reason, &rec, body_pending, &request_id),
+    };
+    gate::observe(
+        app,
+        &rec,
+        outcome.as_ref().err(),
+        request_id.to_str().unwrap_or_default(),
+        &method,
+        response.status(),
+        started.elapsed(),
+    );
+    response
+}
+
+async fn check(
+    app: &App,
+    req: Request<Incoming>,
+    rec: &mut Record,
+    body_pending: &mut bool,
+    method_label: &mut String,
+) -> Result<(), Reason> {
+    // The check request's own framing is judged as the proxy judges a
+    // client's: ambiguous framing is refused and the connection closed.
+    framing::check_verdict(&req)?;
+    framing::check_headers(req.version(), req.headers())?;
+    let (method, target) = original(app, &req)?;
+    *method_label = method.to_string();
+    let head = Head {
+        method: &method,
+        target: &target,
+        headers: req.headers(),
+    };
+    let class = gate::classify(app, &head, rec)?;
+    let (parts, body) = req.into_parts();
+    let body = read_capped(body, app.max_body_bytes).await?;
+    *body_pending = false;
+    gate::check_body(app, class, &parts.headers, body, rec).await?;
+    rec.allowed = true;
+    Ok(())
+}
+
+/// The client's method and request target, as the calling proxy reports them.
+fn original<B>(app: &App, req: &Request<B>) -> Result<(Method, Uri), Reason> {
+    let own = own_target(req)?;
+    let prefix = app.authz.path_prefix.as_str();
+    match app.authz.style {
+        AuthzStyle::Envoy => {
+            let rest = own.strip_prefix(prefix).filter(|r| r.starts_with('/'));
+            let rest = rest.ok_or_else(|| {
+                Reason::BadPath(format!(
+                    "the authorization request's path does not start with the configured prefix `{prefix}/`"
+                ))
+            })?;
+            Ok((req.method().clone(), parse_target(rest)?))
+        }
+        AuthzStyle::Traefik => {
+            let own_path = own.split('?').next().unwrap_or_default();
+            let expected = if prefix.is_empty() { "/" } else { prefix };
+            if own_path != expected {
+                return Err(Reason::BadPath(format!(
+                    "ForwardAuth requests are served on `{expected}` only"
+                )));
+            }
+            let method = single(req.headers(), X_FORWARDED_METHOD)?;
+            let method =
+                Method::from_bytes(method.as_bytes()).map_err(|_| Reason::InvalidRequest {
+                    message: "`X-Forwarded-Method` is not an HTTP method".into(),
+                    param: None,
+                })?;
+            let uri = single(req.headers(), X_FORWARDED_URI)?;
+            let uri = uri
+                .to_str()
+                .map_err(|_| Reason::BadPath("`X-Forwarded-Uri` is not ASCII".into()))?;
+            if !uri.starts_with('/') {
+                return Err(Reason::BadPath(
+                    "`X-Forwarded-Uri` must be an origin-form target (`/path?query`)".into(),
+                ));
+            }
+            Ok((method, parse_target(uri)?))
+        }
+    }
+}
+
+/// The check request's own path and query. Envoy sends origin form; an
+/// absolute-form target is refused like on the proxy port, and HTTP/2's
+/// scheme and authority (always present there) are not part of it.
+fn own_target<B>(req: &Request<B>) -> Result<&str, Reason> {
+    let uri = req.uri();
+    if req.version() != Version::HTTP_2 && (uri.scheme().is_some() || uri.authority().is_some()) {
+        return Err(Reason::BadPath(
+            "absolute-form request targets are refused".into(),
+        ));
+    }
+    uri.path_and_query()
+        .map(|pq| pq.as_str())
+        .ok_or_else(|| Reason::BadPath("the request has no path".into()))
+}
+
+fn parse_target(text: &str) -> Result<Uri, Reason> {
+    text.parse::<Uri>().map_err(|e| {
+        Reason::BadPath(format!(
+            "the original request target is not a valid URI: {e}"
+        ))
+    })
+}
+
+/// Exactly one value: a repeated header could be read either way.
+fn single<'h>(headers: &'h HeaderMap, name: &'static str) -> Result<&'h HeaderValue, Reason> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => Ok(v),
+        (None, _) => Err(Reason::InvalidRequest {
+            message: format!("the ForwardAuth request has no `{name}` header"),
+            param: None,
+        }),
+        (Some(_), Some(_)) => Err(Reason::InvalidRequest {
+            message: format!("the ForwardAuth request has more than one `{name}` header"),
+            param: None,
+        }),
+    }
+}
+
+fn allow(rec: &Record) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::OK;
+    if let Some(tokens) = rec.tokens {
+        response
+            .headers_mut()
+            .insert(X_PREFILL_GUARD_TOKENS, HeaderValue::from(tokens));
+    }
+    response
+}
+
+fn deny(
+    reason: &Reason,
+    rec: &Record,
+    body_pending: bool,
+    request_id: &HeaderValue,
+) -> Response<Full<Bytes>> {
+    let denial = Denial::new(reason, rec.route, Mode::ExtAuthzHttp);
+    debug_assert!(denial.status != StatusCode::OK && !denial.status.is_server_error());
+    let mut response = Response::new(Full::new(denial.body));
+    *response.status_mut() = denial.status;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(gate::DENIAL_CONTENT_TYPE),
+    );
+    h.insert(X_REQUEST_ID, request_id.clone());
+    if let Some(secs) = denial.retry_after {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    // An unread body would have to be drained before the next check on the
+    // connection; closing is cheaper and cannot desynchronise framing.
+    if body_pending || reason.closes_connection() {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
