@@ -169,7 +169,8 @@ impl Metrics {
     }
 
     pub fn prompt_tokens(&self, mode: &str, route: &str, model: &str, tokens: usize) {
-        self.prompt_tokens.observe(&[mode, route, model], tokens as f64);
+        self.prompt_tokens
+            .observe(&[mode, route, model], tokens as f64);
     }
 
     /// `method`: `CountMethod::label()`, a closed set.
@@ -482,9 +483,9 @@ mod tests {
         assert!(text.contains(
             "prefill_guard_prompt_tokens_bucket{mode=\"proxy\",route=\"/generate\",model=\"m\",le=\"+Inf\"} 2\n"
         ));
-        assert!(
-            text.contains("prefill_guard_prompt_tokens_count{mode=\"proxy\",route=\"/generate\",model=\"m\"} 2\n")
-        );
+        assert!(text.contains(
+            "prefill_guard_prompt_tokens_count{mode=\"proxy\",route=\"/generate\",model=\"m\"} 2\n"
+        ));
         assert!(text.contains("prefill_guard_limit_tokens{model=\"m\"} 100\n"));
         assert!(text.contains("prefill_guard_in_flight_requests 1\n"));
         assert!(text.contains("prefill_guard_build_info{version=\"1.2.3\"} 1\n"));
