@@ -21,6 +21,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Uri};
 
+use crate::count::CountMethod;
 use crate::errors::{Reason, Refusal};
 use crate::guard::Decision;
 use crate::inspect::{path, routes, Route, RouteClass};
@@ -96,6 +97,8 @@ pub struct Record {
     pub tokens: Option<usize>,
     pub limit: Option<usize>,
     pub count_time: Option<Duration>,
+    /// How the count decided (exact, by upper bound, or stopped at the limit).
+    pub count_method: Option<CountMethod>,
     /// The guard let the request through; any later failure is the upstream's.
     pub allowed: bool,
     /// The proxy's upstream answer: its status and time to headers.
@@ -115,6 +118,7 @@ impl Record {
             tokens: None,
             limit: None,
             count_time: None,
+            count_method: None,
             allowed: false,
             upstream: None,
         }
@@ -133,6 +137,7 @@ impl Record {
         self.model.clone_from(&d.model);
         self.tokens = d.tokens;
         self.limit = d.limit;
+        self.count_method = d.method;
         if d.tokens.is_some() || !d.count_time.is_zero() {
             self.count_time = Some(d.count_time);
         }
@@ -339,6 +344,9 @@ pub fn observe(
     if let Some(took) = rec.count_time {
         m.count_duration(mode, route, model, took);
     }
+    if let Some(method) = rec.count_method {
+        m.count_method(mode, route, model, method.label());
+    }
     if let Some((_, took)) = rec.upstream {
         m.upstream_duration(route, took);
     }
@@ -349,6 +357,7 @@ pub fn observe(
         route,
         model: rec.model.as_deref(),
         tokens: rec.tokens,
+        count_method: rec.count_method.map(CountMethod::label),
         limit: rec.limit,
         decision: if rec.allowed { "allowed" } else { "refused" },
         reason: reason.map(Reason::label),

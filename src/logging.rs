@@ -77,6 +77,9 @@ pub struct DecisionLine<'a> {
     pub route: &'a str,
     pub model: Option<&'a str>,
     pub tokens: Option<usize>,
+    /// How the count decided: `exact`, `bound` (no count; an upper bound
+    /// under the limit) or `early_exit` (`tokens` is a lower bound).
+    pub count_method: Option<&'static str>,
     pub limit: Option<usize>,
     /// `allowed` or `refused`.
     pub decision: &'a str,
@@ -100,6 +103,7 @@ pub fn decision(line: &DecisionLine<'_>) {
         route = line.route,
         model = line.model,
         tokens = line.tokens.map(|t| t as u64),
+        count_method = line.count_method,
         limit = line.limit.map(|l| l as u64),
         decision = line.decision,
         reason = line.reason,
@@ -142,6 +146,7 @@ mod tests {
                 route: "/generate",
                 model: Some("m"),
                 tokens: Some(7),
+                count_method: Some("exact"),
                 limit: Some(5),
                 decision: "refused",
                 reason: Some("context_length_exceeded"),
@@ -155,6 +160,7 @@ mod tests {
         assert_eq!(line["request_id"], "r1");
         assert_eq!(line["mode"], "ext_authz_http");
         assert_eq!(line["tokens"], 7);
+        assert_eq!(line["count_method"], "exact");
         assert_eq!(line["limit"], 5);
         assert_eq!(line["decision"], "refused");
         assert_eq!(line["reason"], "context_length_exceeded");

@@ -498,6 +498,13 @@ async fn envoy_metrics_carry_the_mode() {
     ] {
         assert_eq!(sample(&text, &series), want, "{series}\n{text}");
     }
+    // How each count decided, by mode too.
+    assert!(
+        text.contains(&format!(
+            "prefill_guard_count_method_total{{mode=\"ext_authz_http\",{route},method="
+        )),
+        "{text}"
+    );
 }
 
 // === Traefik ForwardAuth ===
