@@ -23,7 +23,8 @@ run through /proc/<pid>/clear_refs).
 
 Environment: BENCH_SECONDS (per closed-loop run, default 10), BENCH_LONG_REQUESTS
 (600k and 1M: requests one after another, default 8), BENCH_FLOOD_SECONDS (default 15), BENCH_CONN
-(1k throughput connections, default 32), PREFILL_GUARD_SHARED (the shared/
+(1k throughput connections, default 32), BENCH_FLOOD_CLIENTS (default 64),
+BENCH_FLOOD_RSS_BOUND_MIB (the stated bound, default 1024), PREFILL_GUARD_SHARED (the shared/
 directory, default ../shared).
 """
 
@@ -682,7 +683,8 @@ def main() -> None:
             floor = encode_floor(Path(args.encode), tokenizer_dir / "tokenizer.json", bodies / f"{name}.txt", reps)
             extra[name] = floor
     if guard_t and not args.no_flood:
-        results["flood"] = flood(guard_t, bodies / "flood.json", flood_seconds)
+        results["flood"] = flood(guard_t, bodies / "flood.json", flood_seconds,
+                                 int(os.environ.get("BENCH_FLOOD_CLIENTS", 64)))
         results["flood_rss_bound_mib"] = flood_bound
     results["encode"] = extra
     results["elapsed_s"] = time.time() - started
