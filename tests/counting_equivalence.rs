@@ -207,7 +207,13 @@ fn all_specials() -> &'static [String] {
 }
 
 /// Every property for one fixture and one text.
-fn check(f: &Fixture, text: &str, chunk: usize, limit_frac: f64) -> Result<(), TestCaseError> {
+fn check(
+    f: &Fixture,
+    text: &str,
+    chunk: usize,
+    part_bytes: usize,
+    limit_frac: f64,
+) -> Result<(), TestCaseError> {
     for add in [false, true] {
         let reference = f.tok.encode_len(text, add).unwrap();
         let fast = f.tok.count_exact(text, add).unwrap();
@@ -218,9 +224,13 @@ fn check(f: &Fixture, text: &str, chunk: usize, limit_frac: f64) -> Result<(), T
             f.name,
             add
         );
+        // Parallel paths forced onto short texts: split chunks of `chunk`
+        // splits, and text cut into parts of about `part_bytes`.
         let chunking = Chunking {
             min_splits: 0,
             chunk_splits: chunk,
+            min_text_bytes: 0,
+            part_bytes,
         };
         let par = f
             .tok
@@ -273,11 +283,12 @@ proptest! {
     fn fast_parallel_and_bound_agree_with_encode(
         text in text(all_specials(), 40),
         chunk in 1usize..8,
+        part_bytes in 1usize..40,
         limit_frac in 0.0f64..1.5,
     ) {
         let Some(fixtures) = fixtures() else { return Ok(()) };
         for f in fixtures {
-            check(f, &text, chunk, limit_frac)?;
+            check(f, &text, chunk, part_bytes, limit_frac)?;
         }
     }
 }
@@ -291,12 +302,35 @@ proptest! {
         unit in text(all_specials(), 30),
         repeats in 200usize..600,
         chunk in 16usize..3000,
+        part_bytes in 64usize..20_000,
         limit_frac in 0.2f64..1.2,
     ) {
         let Some(fixtures) = fixtures() else { return Ok(()) };
         let text = unit.repeat(repeats) + &"word ".repeat(5000);
         for f in fixtures {
-            check(f, &text, chunk, limit_frac)?;
+            check(f, &text, chunk, part_bytes, limit_frac)?;
+        }
+    }
+}
+
+proptest! {
+    // Text dense in `letter space letter` cuts, with noise on both sides of
+    // each cut (marks, specials, whitespace runs), through the text-cut path.
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn text_cuts_between_words_change_nothing(
+        words in prop::collection::vec(("[a-zA-Z]{1,3}", text(all_specials(), 4), "[a-zA-Z]{1,3}"), 1..30),
+        part_bytes in 1usize..24,
+    ) {
+        let Some(fixtures) = fixtures() else { return Ok(()) };
+        let text: String = words
+            .iter()
+            .map(|(a, mid, b)| format!("{a} {b}{mid}{a} {b}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        for f in fixtures {
+            check(f, &text, 3, part_bytes, 0.7)?;
         }
     }
 }
@@ -336,7 +370,12 @@ fn bound_holds_on_adversarial_text() {
 fn every_fixture_has_a_derived_rule() {
     let Some(fixtures) = fixtures() else { return };
     for f in fixtures {
-        println!("{}: {:?}", f.name, f.tok.bound_rule());
+        println!(
+            "{}: bound {:?}; text cut for parallel counting: {:?}",
+            f.name,
+            f.tok.bound_rule(),
+            f.tok.text_cuts()
+        );
     }
     let bounded: Vec<&str> = fixtures
         .iter()

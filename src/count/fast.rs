@@ -45,14 +45,24 @@ pub struct Chunking {
     /// Splits per parallel task; small enough for early exit to react quickly
     /// and for the cores to finish together.
     pub chunk_splits: usize,
+    /// From this many bytes, for tokenizers that admit it (`cuts.rs`), the
+    /// text itself is cut and normalized, pre-tokenized and counted in parts.
+    pub min_text_bytes: usize,
+    /// About this many bytes per part.
+    pub part_bytes: usize,
 }
 
 impl Chunking {
     pub const DEFAULT: Chunking = Chunking {
         min_splits: 4096,
         chunk_splits: 2048,
+        min_text_bytes: 128 * 1024,
+        part_bytes: 64 * 1024,
     };
 }
+
+/// How far past its target a cut is looked for.
+const CUT_WINDOW: usize = 16 * 1024;
 
 /// The outcome of counting one text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +80,8 @@ pub struct Pipeline {
     additions: [usize; 2],
     /// Splits may be counted on several threads (the model is deterministic).
     parallel_safe: bool,
+    /// The text may be cut between words (`cuts.rs`).
+    text_cuts: bool,
 }
 
 impl Pipeline {
@@ -85,9 +97,11 @@ impl Pipeline {
             tokenizers::ModelWrapper::BPE(bpe) => bpe.dropout.is_none_or(|p| p == 0.0),
             _ => true,
         };
+        let text_cuts = parallel_safe && super::cuts::cut_safe(tokenizer).is_ok();
         Ok(Self {
             additions,
             parallel_safe,
+            text_cuts,
         })
     }
 
@@ -98,6 +112,12 @@ impl Pipeline {
 
     pub fn parallel_safe(&self) -> bool {
         self.parallel_safe
+    }
+
+    /// Long texts are cut between words and each part run through the
+    /// whole pipeline in parallel.
+    pub fn text_cuts(&self) -> bool {
+        self.text_cuts
     }
 
     /// Counts `text`, stopping once the count reaches `limit` (if any).
@@ -118,9 +138,20 @@ impl Pipeline {
                 complete: false,
             });
         }
+        let model_limit = limit.map(|l| l - extra.min(l));
+        if let Some(c) = parallel.filter(|c| self.text_cuts && text.len() >= c.min_text_bytes) {
+            let parts = (text.len() / c.part_bytes.max(1)).max(2);
+            let cuts = super::cuts::find_cuts(text, parts, CUT_WINDOW);
+            if !cuts.is_empty() {
+                let tally = count_parts(tokenizer, text, &cuts, model_limit)?;
+                return Ok(Tally {
+                    tokens: tally.tokens.saturating_add(extra),
+                    complete: tally.complete,
+                });
+            }
+        }
         let pre = pre_tokenize(tokenizer, text)?;
         let splits = pre.get_splits(OffsetReferential::Normalized, OffsetType::None);
-        let model_limit = limit.map(|l| l - extra.min(l));
         let model = tokenizer.get_model();
         let tally = match parallel {
             Some(c) if self.parallel_safe && splits.len() >= c.min_splits.max(2) => {
@@ -258,6 +289,57 @@ fn count_parallel<M: Model + Sync>(
     }
     // A task stopped by another one may have been its last chunk: the sum is
     // complete exactly when no split was skipped.
+    Ok(sum)
+}
+
+/// The text cut at `cuts`, each part through the whole pipeline on the
+/// counting pool. A part not yet started when the limit is reached is skipped.
+fn count_parts(
+    tokenizer: &Tokenizer,
+    text: &str,
+    cuts: &[usize],
+    limit: Option<usize>,
+) -> Result<Tally, CountError> {
+    use rayon::prelude::*;
+    let mut parts = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for &c in cuts {
+        parts.push(&text[start..c]);
+        start = c;
+    }
+    parts.push(&text[start..]);
+    let stop = AtomicBool::new(false);
+    let total = AtomicUsize::new(0);
+    let model = tokenizer.get_model();
+    let tallies: Vec<Result<Tally, CountError>> = pool().install(|| {
+        parts
+            .par_iter()
+            .map(|part| {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(Tally {
+                        tokens: 0,
+                        complete: false,
+                    });
+                }
+                let pre = pre_tokenize(tokenizer, part)?;
+                let splits = pre.get_splits(OffsetReferential::Normalized, OffsetType::None);
+                let t = count_sequential(model, &splits, limit, &stop, Some(&total))?;
+                if limit.is_some_and(|l| total.load(Ordering::Relaxed) >= l) {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                Ok(t)
+            })
+            .collect()
+    });
+    let mut sum = Tally {
+        tokens: 0,
+        complete: true,
+    };
+    for t in tallies {
+        let t = t?;
+        sum.tokens += t.tokens;
+        sum.complete &= t.complete;
+    }
     Ok(sum)
 }
 

@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod bound;
 mod chat_api;
+pub mod cuts;
 pub mod fast;
 pub mod ollama;
 pub mod preprocess;

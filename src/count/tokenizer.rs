@@ -656,6 +656,15 @@ impl TextTokenizer {
             .map(|b| b.saturating_add(self.pipeline.additions(add_special_tokens)))
     }
 
+    /// Whether long texts are cut between words for parallel counting
+    /// (`cuts.rs`), or why not.
+    pub fn text_cuts(&self) -> Result<(), String> {
+        if !self.pipeline.parallel_safe() {
+            return Err("the model is not deterministic (BPE dropout)".into());
+        }
+        super::cuts::cut_safe(&self.inner)
+    }
+
     /// How the upper bound is computed, or why there is none.
     pub fn bound_rule(&self) -> &BoundRule {
         &self.bound
