@@ -118,6 +118,11 @@ impl KvPool {
         self.inner.lock().free.len()
     }
 
+    /// Handoffs in progress (rooms either side has opened).
+    pub fn rooms(&self) -> usize {
+        self.inner.lock().rooms.len()
+    }
+
     /// Decode's side: reserve `ceil(len / page_size)` pages for `room`,
     /// waiting up to `timeout` for pages to come free. The reservation lasts
     /// until the returned [`Reservation`] is dropped.

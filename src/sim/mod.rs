@@ -34,7 +34,14 @@
 //!
 //! The tokenizer and chat template are the guard's own ([`crate::count`]), so
 //! the prompt length a worker computes is exactly the length the guard
-//! counts; the HTTP routes, response and error shapes are SGLang's.
+//! counts; the HTTP routes, response and error shapes are SGLang's. Because
+//! the two agree by construction, the simulator shows the guard's *policy*
+//! at work (refuse at `L >= max_req_input_len`, read from the prefill
+//! worker); that the count itself equals SGLang's is pinned elsewhere, by
+//! the golden tests against real tokenizers (`tests/goldens.rs`).
+//!
+//! Not modelled: `n > 1` (refused), media, sessions, logprobs, and any
+//! sampling: the "model" is deterministic.
 
 pub mod dispatch;
 pub mod kv;

@@ -77,6 +77,8 @@ async fn handle(State(w): State<Arc<Worker>>, req: Request) -> Response {
         (Method::GET, "/server_info" | "/get_server_info") => json_response(w.server_info()),
         (Method::GET, "/model_info" | "/get_model_info") => json_response(w.model_info()),
         (Method::GET, "/v1/models") => json_response(w.models()),
+        // The router's load monitor polls this every 30 s.
+        (Method::GET, "/get_load") => json_response(w.load()),
         (Method::POST, "/generate" | "/v1/chat/completions" | "/v1/completions") => {
             let route = Route::from_path(&path).expect("a listed route");
             match axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES).await {
@@ -289,10 +291,19 @@ impl Worker {
                 .is_some_and(|a| a.iter().any(Value::is_array));
         match (p.route, p.stream) {
             (Route::Generate, false) => {
+                // Each sequence of a batch is its own request, with its own rid.
                 let items: Vec<Value> = outputs
                     .iter()
                     .zip(&texts)
-                    .map(|((len, ids), text)| generate_item(&id, text, ids, *len, finish))
+                    .enumerate()
+                    .map(|(i, ((len, ids), text))| {
+                        let rid = if i == 0 {
+                            id.clone()
+                        } else {
+                            format!("{:032x}", rand_u128())
+                        };
+                        generate_item(&rid, text, ids, *len, finish)
+                    })
                     .collect();
                 json_response(if batch {
                     Value::Array(items)
@@ -303,12 +314,17 @@ impl Worker {
             (Route::Generate, true) => {
                 // SGLang's /generate streams the text so far in every chunk.
                 let mut events = Vec::new();
-                for ((len, ids), text) in outputs.iter().zip(&texts) {
+                for (i, ((len, ids), text)) in outputs.iter().zip(&texts).enumerate() {
+                    let rid = if i == 0 {
+                        id.clone()
+                    } else {
+                        format!("{:032x}", rand_u128())
+                    };
                     for cut in pieces(text) {
                         let part = &text[..cut];
                         let done = cut == text.len();
                         events.push(generate_item(
-                            &id,
+                            &rid,
                             part,
                             ids,
                             *len,
@@ -418,6 +434,13 @@ impl Worker {
             "version": self.mode.version(),
             "frontend": "python",
         })
+    }
+
+    /// `GET /get_load`: one entry per data-parallel rank (one here).
+    fn load(&self) -> Value {
+        let used = self.pool.capacity() - self.pool.free_pages() * self.pool.page_size();
+        json!([{"dp_rank": 0, "num_reqs": self.pool.rooms(), "num_waiting_reqs": 0,
+                "num_tokens": used}])
     }
 
     fn model_info(&self) -> Value {
