@@ -30,6 +30,9 @@ fn example_config_is_valid_and_sets_every_key() {
         "multimodal_image_tokens",
         "multimodal_video_tokens",
         "multimodal_audio_tokens",
+        "authz_listen",
+        "authz_path_prefix",
+        "authz_style",
     ] {
         assert!(text.contains(key), "config example does not mention {key}");
     }
