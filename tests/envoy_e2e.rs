@@ -335,6 +335,31 @@ impl Stack {
         assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
     }
 
+    /// Headers a client could send to make the guard check another request
+    /// (Traefik's X-Forwarded-*, Envoy's own x-envoy-*) change nothing: the
+    /// over-long prompt is still refused and never forwarded.
+    async fn spoofed_headers_ignored(&self) {
+        let body = json!({"model": MODEL, "prompt": words(LIMIT * 2)}).to_string();
+        let before = self.mock.state.count();
+        let resp = self
+            .http
+            .post(self.front().url("/v1/completions"))
+            .header("content-type", "application/json")
+            .header("x-forwarded-uri", "/health")
+            .header("x-forwarded-method", "GET")
+            .header("x-forwarded-prefix", "/health")
+            .header("x-envoy-original-path", "/health")
+            .header("x-envoy-auth-partial-body", "false")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400);
+        let error: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        assert_eq!(error["error"]["code"], "context_length_exceeded");
+        assert_eq!(self.mock.state.count(), before, "nothing reached SGLang");
+    }
+
     /// Whatever SGLang would decode differently from what the guard counts
     /// is refused: a body coding (which the configuration must let reach the
     /// guard: HTTP checks drop headers unless allowed) and bytes that are not
@@ -489,6 +514,7 @@ async fn scenario(mode: Mode) {
     stack.routes().await;
     stack.over_long_prompts_refused().await;
     stack.over_byte_limit_refused().await;
+    stack.spoofed_headers_ignored().await;
     stack.unreadable_bodies_refused().await;
     stack.chunked_uploads().await;
     stack.aborted_upload_never_forwarded().await;
@@ -568,6 +594,9 @@ fn configurations_fail_closed() {
         assert!(traefik.lines().any(|l| l.trim() == line), "{line}");
     }
     assert!(traefik.contains(&format!("maxBodySize: {MAX_BODY_BYTES}")));
+    let entry = std::fs::read_to_string(config("traefik/traefik.yaml")).unwrap();
+    assert!(entry.lines().any(|l| l.trim() == "insecure: false"));
+    assert!(!entry.contains("trustedIPs"));
     let guard = std::fs::read_to_string(config("envoy/prefill-guard.toml")).unwrap();
     assert!(guard.contains(&format!("max_body_bytes = {MAX_BODY_BYTES}")));
 }
