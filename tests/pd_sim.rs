@@ -221,6 +221,19 @@ async fn fixed_pair_refuses_with_sglangs_400_on_both_workers() {
         json!({"object": "error", "message": message, "type": "BadRequestError",
                "param": null, "code": 400})
     );
+    // A stream is aborted as SGLang aborts it: HTTP 200, then an error event.
+    let (status, raw) = s
+        .post(&s.router, "/v1/chat/completions", &body("", &over, true))
+        .await;
+    assert_eq!(status, 200);
+    let first = raw.lines().next().unwrap().strip_prefix("data: ").unwrap();
+    let event: Value = serde_json::from_str(first).unwrap();
+    assert_eq!(event["error"]["code"], 400, "{raw}");
+    assert!(event["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Input length ("));
+    assert!(!raw.contains("SECRET-"), "nothing generated");
     // Straight to both workers with one room, decode first: decode learns
     // of the refusal and answers the same error instead of generating.
     let mut req = body("/v1/completions", &over, false);

@@ -361,6 +361,34 @@ mod tests {
         );
     }
 
+    /// Full transfers never mix: under any interleaving of many concurrent
+    /// handoffs on a pool too small to hold them all at once, every request
+    /// reads back exactly its own tokens. Only a short transfer leaks.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_full_transfers_read_only_their_own_tokens() {
+        let pool = KvPool::new(64, 4, 0, T);
+        let mut tasks = Vec::new();
+        for room in 0..400u64 {
+            let pool = pool.clone();
+            tasks.push(tokio::spawn(async move {
+                let len = 1 + (room as usize * 7) % 60;
+                let tokens: Vec<u32> = (0..len as u32).map(|i| room as u32 * 1000 + i).collect();
+                let p = pool.clone();
+                let sent = tokens.clone();
+                let prefill = tokio::spawn(async move { p.transfer(room, &sent, T).await });
+                let mut r = pool.reserve(room, len, T).await.unwrap();
+                let context = r.context(T).await.unwrap();
+                prefill.await.unwrap().unwrap();
+                assert_eq!(context, tokens, "room {room}");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(pool.free_pages(), 64);
+        assert_eq!(pool.rooms(), 0);
+    }
+
     #[tokio::test]
     async fn reservations_wait_for_pages_and_give_up() {
         let pool = KvPool::new(2, 2, 0, T);
