@@ -477,3 +477,25 @@ async fn pd_sim_command_prints_its_urls_and_serves() {
         .unwrap();
     assert!(status.success(), "SIGTERM ends it cleanly: {status}");
 }
+
+/// `prefill-guard audit` reads the pair's `/server_info` as it reads a real
+/// deployment's, and its verdict matches what the pair does.
+#[tokio::test]
+async fn audit_judges_the_pair_by_what_it_does() {
+    for (mode, exit) in [(Mode::Vulnerable, 1), (Mode::Fixed, 0)] {
+        let s = stack(mode).await;
+        let prefill = format!("http://{}", s.sim.prefill);
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+            .args(["audit", "--upstream", &s.router, "--prefill-url", &prefill])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(exit),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        s.sim.stop().await;
+    }
+}
