@@ -221,6 +221,13 @@ async fn fixed_pair_refuses_with_sglangs_400_on_both_workers() {
         json!({"object": "error", "message": message, "type": "BadRequestError",
                "param": null, "code": 400})
     );
+    // A batch with one over-limit sequence: refused as a whole, on both
+    // workers, without waiting out the other sequences' handoffs.
+    let batch = json!({"input_ids": [[70, 71, 72], vec![65; LIMIT]],
+                       "sampling_params": {"max_new_tokens": 8}});
+    let (status, raw) = s.post(&s.router, "/generate", &batch).await;
+    assert_eq!(status, 400, "{raw}");
+    assert!(raw.contains("exceeds the maximum allowed length"), "{raw}");
     // A stream is aborted as SGLang aborts it: HTTP 200, then an error event.
     let (status, raw) = s
         .post(&s.router, "/v1/chat/completions", &body("", &over, true))

@@ -149,35 +149,35 @@ impl Worker {
     }
 
     async fn prefill(&self, p: Parsed) -> Response {
-        let mut refusal = None;
+        let over = p.prompts.iter().find(|q| q.len() >= self.max_req_input_len);
+        let refusal = over.map(|q| {
+            format!(
+                "Input length ({} tokens) exceeds the maximum allowed length ({} tokens). \
+                 Use a shorter input or enable --allow-auto-truncate.",
+                q.len(),
+                self.max_req_input_len
+            )
+        });
+        if let (Some(message), Mode::Fixed) = (&refusal, self.mode) {
+            // Every room of the request is told, so decode answers at once
+            // instead of waiting out the handoff for the batch's other items.
+            for &room in &p.rooms {
+                self.pool.abort(room, message);
+            }
+            return abort_response(p.route, p.stream, StatusCode::BAD_REQUEST, message);
+        }
         let mut transfers = Vec::new();
         for (prompt, &room) in p.prompts.iter().zip(&p.rooms) {
+            // Vulnerable: the verdict is parked in `to_finish`, the prompt is
+            // swapped for the placeholder, and the handoff goes on.
             let tokens: &[u32] = if prompt.len() >= self.max_req_input_len {
-                let message = format!(
-                    "Input length ({} tokens) exceeds the maximum allowed length ({} tokens). \
-                     Use a shorter input or enable --allow-auto-truncate.",
-                    prompt.len(),
-                    self.max_req_input_len
-                );
-                match self.mode {
-                    Mode::Fixed => {
-                        self.pool.abort(room, &message);
-                        refusal.get_or_insert(message);
-                        continue;
-                    }
-                    // The verdict is parked in `to_finish`, the prompt is
-                    // swapped for the placeholder, and the handoff goes on.
-                    Mode::Vulnerable => &PLACEHOLDER,
-                }
+                &PLACEHOLDER
             } else {
                 prompt
             };
             transfers.push(self.pool.transfer(room, tokens, self.handoff_timeout));
         }
         let results = futures_util::future::join_all(transfers).await;
-        if let Some(message) = refusal {
-            return abort_response(p.route, p.stream, StatusCode::BAD_REQUEST, &message);
-        }
         if let Some(e) = results.into_iter().find_map(Result::err) {
             return abort_response(p.route, p.stream, status_of(&e), &e.to_string());
         }
