@@ -110,6 +110,20 @@ pub struct ServeArgs {
     /// Requests that may wait for a counting thread before the guard sheds with 503.
     #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE")]
     pub count_queue: Option<usize>,
+    /// Bytes of request bodies buffered at once; beyond it the guard sheds with 503
+    /// (default: 8 × max-body-bytes).
+    #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES")]
+    pub max_inflight_body_bytes: Option<usize>,
+    /// Tokenize every prompt (up to the limit) instead of accepting a prompt whose
+    /// cheap upper bound is under the limit (default false).
+    #[arg(
+        long,
+        env = "PREFILL_GUARD_EXACT_COUNTING",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub exact_counting: Option<bool>,
     #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Seconds in-flight requests get to finish after SIGTERM.
@@ -170,6 +184,8 @@ impl ServeArgs {
             upstream_response_timeout_secs: self.upstream_response_timeout_secs,
             count_workers: self.count_workers,
             count_queue: self.count_queue,
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
+            exact_counting: self.exact_counting,
             log_format: self.log_format,
             shutdown_grace_secs: self.shutdown_grace_secs,
             safety_margin_tokens: self.safety_margin_tokens,

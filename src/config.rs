@@ -28,6 +28,12 @@ pub struct Config {
     pub count_workers: usize,
     /// Requests allowed to wait for a counting thread; beyond it the guard sheds with 503.
     pub count_queue: usize,
+    /// Bytes of request bodies buffered at once; a body that would pass it
+    /// is shed with 503 + Retry-After (`server/budget.rs`).
+    pub max_inflight_body_bytes: usize,
+    /// Tokenize every prompt (up to the limit): never accept by the upper
+    /// bound (`count/bound.rs`).
+    pub exact_counting: bool,
     pub log_format: LogFormat,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
@@ -116,6 +122,10 @@ pub struct RawConfig {
     pub upstream_response_timeout_secs: Option<u64>,
     pub count_workers: Option<usize>,
     pub count_queue: Option<usize>,
+    /// Bytes of request bodies buffered at once (default 8 × max_body_bytes).
+    pub max_inflight_body_bytes: Option<usize>,
+    /// Tokenize every prompt; never accept by the upper bound (default false).
+    pub exact_counting: Option<bool>,
     pub log_format: Option<LogFormat>,
     pub shutdown_grace_secs: Option<u64>,
     /// Applies to every model that does not set its own.
@@ -172,6 +182,8 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
 pub const DEFAULT_ADMIN_LISTEN: &str = "0.0.0.0:9000";
 /// A 1M-token prompt is about 4 MiB of text; JSON escaping can double it.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// The default body budget holds this many bodies of the maximum size.
+pub const DEFAULT_INFLIGHT_BODIES: usize = 8;
 /// Between discovery rounds: a restart or a memory change on a prefill
 /// worker reaches the guard within this.
 pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
@@ -196,6 +208,10 @@ impl RawConfig {
                 .or(self.upstream_response_timeout_secs),
             count_workers: over.count_workers.or(self.count_workers),
             count_queue: over.count_queue.or(self.count_queue),
+            max_inflight_body_bytes: over
+                .max_inflight_body_bytes
+                .or(self.max_inflight_body_bytes),
+            exact_counting: over.exact_counting.or(self.exact_counting),
             log_format: over.log_format.or(self.log_format),
             shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
             safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
@@ -402,6 +418,16 @@ impl Config {
             .map(|n| n.get())
             .unwrap_or(2);
         let count_workers = raw.count_workers.unwrap_or(cores);
+        let max_body_bytes = raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        let max_inflight_body_bytes = raw
+            .max_inflight_body_bytes
+            .unwrap_or_else(|| max_body_bytes.saturating_mul(DEFAULT_INFLIGHT_BODIES));
+        if max_inflight_body_bytes < max_body_bytes {
+            return Err(ConfigError(format!(
+                "max_inflight_body_bytes ({max_inflight_body_bytes}) is below max_body_bytes \
+                 ({max_body_bytes}): a body of the allowed size could never be accepted"
+            )));
+        }
         if count_workers == 0 {
             return Err(ConfigError("count_workers must be at least 1".into()));
         }
@@ -414,7 +440,7 @@ impl Config {
                 .unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.parse().expect("valid default")),
             upstream,
             models,
-            max_body_bytes: raw.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES),
+            max_body_bytes,
             upstream_connect_timeout: Duration::from_millis(
                 raw.upstream_connect_timeout_ms.unwrap_or(5_000),
             ),
@@ -423,6 +449,8 @@ impl Config {
             ),
             count_workers,
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),
+            max_inflight_body_bytes,
+            exact_counting: raw.exact_counting.unwrap_or(false),
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             prefill_urls,
@@ -621,6 +649,32 @@ mod tests {
         })
         .unwrap();
         assert_eq!(off.authz, AuthzConfig::default());
+    }
+
+    #[test]
+    fn body_budget_and_exact_counting() {
+        let base = RawConfig::from_toml(
+            "upstream = \"http://127.0.0.1:1\"\ntokenizer = \"t\"\nmax_req_input_len = 10\n\
+             max_body_bytes = 1000\n",
+        )
+        .unwrap();
+        let cfg = Config::resolve(base.clone()).unwrap();
+        assert_eq!(cfg.max_inflight_body_bytes, 8000);
+        assert!(!cfg.exact_counting);
+        let over = RawConfig {
+            max_inflight_body_bytes: Some(5000),
+            exact_counting: Some(true),
+            ..Default::default()
+        };
+        let cfg = Config::resolve(base.clone().merge(over)).unwrap();
+        assert_eq!(cfg.max_inflight_body_bytes, 5000);
+        assert!(cfg.exact_counting);
+        let too_small = RawConfig {
+            max_inflight_body_bytes: Some(999),
+            ..Default::default()
+        };
+        let err = Config::resolve(base.merge(too_small)).unwrap_err();
+        assert!(err.0.contains("max_inflight_body_bytes"), "{err}");
     }
 
     #[test]

@@ -298,7 +298,8 @@ async fn build(
         config.count_workers,
         config.count_queue,
         Clock::Local,
-    );
+    )
+    .with_exact_counting(config.exact_counting);
     let app = App::assemble(config, guard, metrics.clone(), discovery.clone())?;
     Ok(Built {
         app: Arc::new(app),

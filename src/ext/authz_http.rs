@@ -39,7 +39,6 @@ use crate::config::AuthzStyle;
 use crate::errors::Reason;
 use crate::gate::{self, Denial, Head, Mode, Record};
 use crate::proxy::headers::X_REQUEST_ID;
-use crate::server::body::read_capped;
 use crate::server::framing;
 use crate::server::App;
 
@@ -100,7 +99,8 @@ async fn check(
     };
     let class = gate::classify(app, &head, rec)?;
     let (parts, body) = req.into_parts();
-    let body = read_capped(body, app.max_body_bytes).await?;
+    let (body, _reservation) =
+        crate::server::budget::read_within(body, app.max_body_bytes, &app.body_budget).await?;
     *body_pending = false;
     gate::check_body(app, class, &parts.headers, body, rec).await?;
     rec.allowed = true;

@@ -11,7 +11,7 @@ use http_body::Body as _;
 use http_body_util::Full;
 use hyper::body::Incoming;
 
-use super::body::{read_capped, ResponseBody};
+use super::body::ResponseBody;
 use super::App;
 use crate::errors::Reason;
 use crate::gate::{self, Admit, Denial, Head, Mode, Record};
@@ -100,7 +100,10 @@ async fn guard_and_forward(
     let query = req.uri().query().map(str::to_string);
     drop(target);
     let (mut parts, body) = req.into_parts();
-    let body = read_capped(body, app.max_body_bytes).await?;
+    // Held until the upstream has answered, so the budget counts this body
+    // while the guard and the forwarding hold it.
+    let (body, _reservation) =
+        super::budget::read_within(body, app.max_body_bytes, &app.body_budget).await?;
     *body_pending = false;
     let checked = match gate::check_body(app, class, &parts.headers, body, rec).await? {
         // Only the canonical body the guard parsed is forwarded. The query

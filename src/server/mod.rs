@@ -5,6 +5,7 @@
 
 mod admin;
 pub(crate) mod body;
+pub mod budget;
 pub(crate) mod framing;
 mod handler;
 mod models;
@@ -43,6 +44,8 @@ pub struct App {
     /// Shared across reloads, so counters keep counting.
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
+    /// Bytes of request bodies buffered at once (`budget.rs`).
+    pub body_budget: Arc<budget::BodyBudget>,
     pub shutdown_grace: Duration,
     /// Lower each model's `max_model_len` in `GET /v1/models` answers to the
     /// guard's limit.
@@ -89,6 +92,7 @@ impl App {
             upstream,
             metrics,
             max_body_bytes: config.max_body_bytes,
+            body_budget: budget::BodyBudget::new(config.max_inflight_body_bytes),
             shutdown_grace: config.shutdown_grace,
             rewrite_models_max_len: config.rewrite_models_max_len,
             allow_routes: config.allow_routes.clone(),
