@@ -199,7 +199,7 @@ async fn fixed_pair_refuses_with_sglangs_400_on_both_workers() {
         "Input length ({LIMIT} tokens) exceeds the maximum allowed length ({LIMIT} tokens). \
          Use a shorter input or enable --allow-auto-truncate."
     );
-    // Through the dispatcher: prefill's error is the answer.
+    // Through the dispatcher: both workers refuse; their SGLang error is the answer.
     let (status, raw) = s
         .post(&s.router, "/generate", &body("/generate", &over, false))
         .await;

@@ -2,7 +2,7 @@
 //! PD mode, so `prefill-guard demo` needs no Python: add `bootstrap_host`,
 //! `bootstrap_port` and a random `bootstrap_room` (lists for a batch), send
 //! the same body to the prefill and the decode worker at once, and answer
-//! with decode's response, or prefill's when prefill failed. Read-only
+//! with decode's response, or the failing worker's (decode's first). Read-only
 //! `GET`s go to the prefill worker, as the router's `/get_server_info` does.
 
 use std::net::SocketAddr;
@@ -92,22 +92,23 @@ async fn dual_dispatch(d: &Dispatcher, path: &str, raw: &[u8]) -> Response {
             .send()
     };
     let (prefill, decode) = tokio::join!(send(&d.prefill), send(&d.decode));
+    // The router's order: decode's failure first, then prefill's, then
+    // decode's answer. (The router wraps errors in an envelope of its own;
+    // this passes the worker's body through.)
+    let decode = match decode {
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return pass(r),
+        Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("decode: {e}")),
+    };
     let prefill = match prefill {
-        Ok(r) => r,
+        Ok(r) if r.status().is_success() => r,
+        Ok(r) => return pass(r),
         Err(e) => return plain(StatusCode::BAD_GATEWAY, &format!("prefill: {e}")),
     };
-    if !prefill.status().is_success() {
-        return pass(prefill);
-    }
     // Prefill's own answer carries nothing the client needs; read it to the
-    // end so its connection can be reused.
-    tokio::spawn(async move {
-        let _ = prefill.bytes().await;
-    });
-    match decode {
-        Ok(r) => pass(r),
-        Err(e) => plain(StatusCode::BAD_GATEWAY, &format!("decode: {e}")),
-    }
+    // end (the router drains it before relaying decode's).
+    let _ = prefill.bytes().await;
+    pass(decode)
 }
 
 /// Sequences in a `/generate` or completions batch; `None` for one sequence.
