@@ -718,3 +718,44 @@ impl Guard {
         self.raw(method, path, headers, body).await
     }
 }
+
+// === the check connection itself ===
+
+#[tokio::test]
+async fn envoy_checks_over_h2c_and_keep_alive() {
+    use common::wire::{h1_pipeline, h2_streams, Req};
+    let g = envoy_guard().await;
+    let short = Req::post(format!("{PREFIX}/v1/chat/completions"), chat(3));
+    let long = Req::post(format!("{PREFIX}/v1/chat/completions"), chat(LIMIT));
+    // Envoy's authz cluster with `http2_protocol_options`: concurrent checks
+    // on one h2c connection, bodies in small DATA frames.
+    let answers = h2_streams(g.authz, &[short.clone(), long.clone(), short.clone()], 7).await;
+    let statuses: Vec<u16> = answers
+        .iter()
+        .map(|a| a.as_ref().expect("every stream answered").status)
+        .collect();
+    assert_eq!(statuses, [200, 400, 200]);
+    // HTTP/1.1 keep-alive: checks one after the other on one connection.
+    let answers = h1_pipeline(g.authz, &[short.clone(), long, short]).await;
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, [200, 400, 200]);
+}
+
+#[tokio::test]
+async fn ambiguous_framing_on_the_check_is_denied_and_closes() {
+    use common::wire::{h1_raw, Framing, Req};
+    let g = envoy_guard().await;
+    let smuggle = Req::post(format!("{PREFIX}/v1/chat/completions"), chat(3))
+        .header("content-length", Some("4"))
+        .header("transfer-encoding", Some("chunked"))
+        .framing(Framing::Verbatim);
+    let answers = h1_raw(g.authz, &smuggle.to_h1(false)).await;
+    assert_eq!(
+        answers.len(),
+        1,
+        "one answer, then the connection is closed"
+    );
+    assert_eq!(answers[0].status, 400, "{}", answers[0].text());
+    let v: Value = serde_json::from_slice(&answers[0].body).unwrap();
+    assert_eq!(v["error"]["code"], "bad_framing");
+}
