@@ -222,6 +222,42 @@ impl Stack {
         }
     }
 
+    /// The same over HTTP/2 (h2c with prior knowledge, as gRPC-era clients
+    /// speak to a sidecar): the short prompt arrives byte for byte, the
+    /// over-long one is refused.
+    async fn http2_clients(&self) {
+        use http_body_util::{BodyExt, Full};
+        let h2 = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<Full<Bytes>>();
+        let post = |body: String| {
+            http::Request::post(self.front().url("/v1/completions"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap()
+        };
+        let body = r#"{"model":"demo","prompt":"hello  hello"}"#;
+        let before = self.mock.state.count();
+        let resp = h2.request(post(body.to_string())).await.unwrap();
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 200);
+        resp.into_body().collect().await.unwrap();
+        let seen = self.mock.state.requests();
+        assert_eq!(seen.len(), before + 1);
+        assert_eq!(seen.last().unwrap().body, body.as_bytes());
+        let long = json!({"model": MODEL, "prompt": words(LIMIT * 4)}).to_string();
+        let resp = h2.request(post(long)).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let error: Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(error["error"]["code"], "context_length_exceeded");
+        assert_eq!(
+            self.mock.state.count(),
+            before + 1,
+            "nothing more reached SGLang"
+        );
+    }
+
     /// An SSE answer is not buffered: the first event reaches the client
     /// while the upstream still holds the last one back.
     async fn streams_pass_through(&self) {
@@ -479,6 +515,28 @@ impl Stack {
         }
     }
 
+    /// The guard's own metrics name the mode each decision came through.
+    async fn metrics_name_the_mode(&self) {
+        let mode = match self.mode {
+            Mode::AuthzHttp | Mode::Traefik => "ext_authz_http",
+            Mode::AuthzGrpc => "ext_authz_grpc",
+            Mode::ExtProcBuffered | Mode::ExtProcFullDuplex => "ext_proc",
+        };
+        let text = reqwest::get(format!("http://{}/metrics", common::envoy::GUARD_ADMIN))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let refused = text.lines().any(|l| {
+            l.starts_with("prefill_guard_rejections_total{")
+                && l.contains(&format!("mode=\"{mode}\""))
+                && l.contains("reason=\"context_length_exceeded\"")
+        });
+        assert!(refused, "no {mode} rejection in:\n{text}");
+        common::promtool_check_metrics(&text);
+    }
+
     /// With the guard gone, the proxy refuses (Envoy: 503, status_on_error;
     /// Traefik: 500) and SGLang sees nothing.
     async fn guard_down_refuses(&mut self) {
@@ -510,6 +568,7 @@ async fn scenario(mode: Mode) {
         return;
     };
     stack.short_prompts_pass_unchanged().await;
+    stack.http2_clients().await;
     stack.streams_pass_through().await;
     stack.routes().await;
     stack.over_long_prompts_refused().await;
@@ -518,6 +577,7 @@ async fn scenario(mode: Mode) {
     stack.unreadable_bodies_refused().await;
     stack.chunked_uploads().await;
     stack.aborted_upload_never_forwarded().await;
+    stack.metrics_name_the_mode().await;
     stack.guard_down_refuses().await;
     stack.front.take().unwrap().stop().await;
 }
@@ -596,7 +656,9 @@ fn configurations_fail_closed() {
     assert!(traefik.contains(&format!("maxBodySize: {MAX_BODY_BYTES}")));
     let entry = std::fs::read_to_string(config("traefik/traefik.yaml")).unwrap();
     assert!(entry.lines().any(|l| l.trim() == "insecure: false"));
-    assert!(!entry.contains("trustedIPs"));
+    assert!(!entry
+        .lines()
+        .any(|l| !l.trim_start().starts_with('#') && l.contains("trustedIPs")));
     let guard = std::fs::read_to_string(config("envoy/prefill-guard.toml")).unwrap();
     assert!(guard.contains(&format!("max_body_bytes = {MAX_BODY_BYTES}")));
 }
