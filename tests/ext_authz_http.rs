@@ -625,6 +625,23 @@ async fn traefik_checks_without_a_clear_original_are_denied() {
         assert_denied(&a);
         assert_eq!(a.status, 400, "{target} {headers:?}");
     }
+    // Forwarded headers Traefik did not write (`trustForwardHeader` on, a
+    // misconfiguration): an over-long POST disguised as a health probe.
+    let disguised = [
+        JSON,
+        ("x-forwarded-method", "GET"),
+        ("x-forwarded-uri", "/health"),
+    ];
+    // With `preserveRequestMethod` the check's own method gives it away...
+    let a = g.raw("POST", "/", &disguised, &chat(LIMIT)).await;
+    assert_denied(&a);
+    assert_eq!(a.status, 400);
+    // ... and without it, a probe does not carry a prompt.
+    let a = g.raw("GET", "/", &disguised, &chat(LIMIT)).await;
+    assert_denied(&a);
+    assert_eq!(a.status, 400);
+    let a = g.raw("GET", "/", &disguised, "").await;
+    assert_allowed(&a);
     // Two `X-Forwarded-Uri` (one the client's, one Traefik's): ambiguous.
     let req = g
         .http

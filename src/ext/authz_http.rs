@@ -16,7 +16,12 @@
 //!   client could choose them: with a spoofed `X-Forwarded-Uri: /health`, a
 //!   chat request would be judged as a health probe and let through. So
 //!   `trustForwardHeader` must stay off (Traefik's default), and the guard
-//!   listens in one style only: Envoy checks never read those headers.
+//!   listens in one style only: Envoy checks never read those headers. As
+//!   defence in depth, a check whose own method is neither `GET` nor
+//!   `X-Forwarded-Method`, or one judged as a bodiless probe (`GET /health`,
+//!   `GET /v1/models`) that carries a body, is refused: neither comes from
+//!   Traefik. (A spoofed pass-through `POST`, e.g. `/v1/tokenize`, cannot be
+//!   told apart: only `trustForwardHeader: false` closes that.)
 //!
 //! Answers: `200` with an empty body to allow (with `x-prefill-guard-tokens`
 //! when the prompt was counted). Anything else is a deny with the refusal the
@@ -38,6 +43,7 @@ use hyper::body::Incoming;
 use crate::config::AuthzStyle;
 use crate::errors::Reason;
 use crate::gate::{self, Denial, Head, Mode, Record};
+use crate::inspect::RouteClass;
 use crate::proxy::headers::X_REQUEST_ID;
 use crate::server::framing;
 use crate::server::App;
@@ -102,6 +108,9 @@ async fn check(
     let (body, _reservation) =
         crate::server::budget::read_within(body, app.max_body_bytes, &app.body_budget).await?;
     *body_pending = false;
+    if app.authz.style == AuthzStyle::Traefik {
+        refuse_probe_with_body(&method, &class, &body)?;
+    }
     gate::check_body(app, class, &parts.headers, body, rec).await?;
     rec.allowed = true;
     Ok(())
@@ -135,6 +144,18 @@ fn original<B>(app: &App, req: &Request<B>) -> Result<(Method, Uri), Reason> {
                     message: "`X-Forwarded-Method` is not an HTTP method".into(),
                     param: None,
                 })?;
+            // Traefik checks with GET, or with the client's own method
+            // (`preserveRequestMethod`); any other pairing means the header
+            // is not Traefik's.
+            if req.method() != Method::GET && *req.method() != method {
+                return Err(Reason::InvalidRequest {
+                    message: format!(
+                        "the ForwardAuth request's method {} disagrees with `X-Forwarded-Method` {method}",
+                        req.method()
+                    ),
+                    param: None,
+                });
+            }
             let uri = single(req.headers(), X_FORWARDED_URI)?;
             let uri = uri
                 .to_str()
@@ -147,6 +168,20 @@ fn original<B>(app: &App, req: &Request<B>) -> Result<(Method, Uri), Reason> {
             Ok((method, parse_target(uri)?))
         }
     }
+}
+
+/// Defence in depth against forwarded headers Traefik did not write itself
+/// (`trustForwardHeader` on): a health probe or model listing carries no
+/// body, so a check judged as one that does is a prompt in disguise.
+fn refuse_probe_with_body(method: &Method, class: &RouteClass, body: &Bytes) -> Result<(), Reason> {
+    let probe = *method == Method::GET || *method == Method::HEAD;
+    if probe && matches!(class, RouteClass::PassThrough(_)) && !body.is_empty() {
+        return Err(Reason::InvalidRequest {
+            message: format!("a {method} request to this route carries no body"),
+            param: None,
+        });
+    }
+    Ok(())
 }
 
 /// The check request's own path and query. Envoy sends origin form; an
