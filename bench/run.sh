@@ -35,10 +35,13 @@ venv="$(scripts/pyenv.sh bench/requirements.txt)"
 targets=(--bin prefill-guard --example bench_stub --example bench_encode)
 if [ -n "$rev" ]; then
   commit="$(git rev-parse --verify "$rev^{commit}")"
-  src="$repo/target/bench/src-$commit"
-  if [ ! -f "$src/Cargo.toml" ]; then
+  # One fixed directory, so that a new commit rebuilds only what changed.
+  src="$repo/target/bench/src"
+  if [ "$(cat "$src/.bench-commit" 2>/dev/null)" != "$commit" ]; then
+    rm -rf "$src"
     mkdir -p "$src"
     git archive "$commit" | tar -x -C "$src"
+    echo "$commit" >"$src/.bench-commit"
   fi
   mkdir -p "$src/examples"
   cp examples/bench_stub.rs examples/bench_encode.rs "$src/examples/"

@@ -1,8 +1,9 @@
 //! Counting micro-benchmarks, per tokenizer fixture in `../shared/tokenizers`
 //! (or `$PREFILL_GUARD_SHARED/tokenizers`): the guard's counter on a ~32k-token
 //! text against the `tokenizers` crate's own `Tokenizer::encode(..).len()`,
-//! the floor any exact counter has to beat or match, plus a whole chat request
-//! (template and count) through `ModelCounter`.
+//! the floor any exact counter has to beat or match: the guard's exact,
+//! parallel and early-exit counts, its no-tokenize upper bound, and a whole
+//! chat request (template and count) through `ModelCounter`.
 //!
 //! `cargo bench --bench count` measures; `cargo test --all-targets` runs each
 //! benchmark once on a short text and one fixture, so it stays quick.
@@ -262,6 +263,38 @@ fn counting(c: &mut Criterion) {
             &text,
             |b, t| b.iter(|| guard.encode_len(t, false).unwrap()),
         );
+        // The guard's counting paths (src/count/fast.rs, bound.rs): the exact
+        // count without building an Encoding, the same spread over the pool,
+        // an early exit at half the text's tokens, and the no-tokenize bound.
+        group.bench_with_input(
+            BenchmarkId::new("guard_count_exact", tokens),
+            &text,
+            |b, t| b.iter(|| guard.count_exact(t, false).unwrap()),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("guard_count_parallel", tokens),
+            &text,
+            |b, t| b.iter(|| guard.count_parallel(t, false).unwrap()),
+        );
+        // Timing paths that count differently would compare unequal work.
+        let exact = guard.encode_len(&text, false).unwrap();
+        assert_eq!(guard.count_exact(&text, false).unwrap(), exact, "{name}");
+        assert_eq!(guard.count_parallel(&text, false).unwrap(), exact, "{name}");
+        let half = (tokens / 2).max(1);
+        group.bench_with_input(
+            BenchmarkId::new("guard_count_until_half_parallel", tokens),
+            &text,
+            |b, t| b.iter(|| guard.count_until(t, false, half, true).unwrap()),
+        );
+        if guard.upper_bound(&text, false).is_some() {
+            group.bench_with_input(
+                BenchmarkId::new("guard_upper_bound", tokens),
+                &text,
+                |b, t| b.iter(|| guard.upper_bound(t, false)),
+            );
+        } else {
+            eprintln!("{name}: no upper bound: {:?}", guard.bound_rule());
+        }
         match ModelCounter::load(&dir) {
             Ok(counter) => match counter.count(&chat_unit, Clock::default()) {
                 Ok(n) => {
