@@ -594,3 +594,132 @@ async fn streamed_mode_holds_every_chunk_back_until_the_decision() {
         }
     }
 }
+
+#[tokio::test]
+async fn observability_mode_judges_and_counts_but_answers_nothing() {
+    let g = guard(Options::default()).await;
+    let mut s = Stream::open(&g).await;
+    let mut first = headers(
+        BodySendMode::Buffered,
+        "POST",
+        "/v1/chat/completions",
+        false,
+    );
+    first.observability_mode = true;
+    s.send(first).await;
+    s.body(&chat(LIMIT), true).await;
+    // Envoy ignores answers in this mode; the stream ends cleanly once decided.
+    assert!(s.close().await.unwrap().is_none(), "no answer, a clean end");
+    let m = g.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            &series(
+                "prefill_guard_rejections_total",
+                "reason=\"context_length_exceeded\""
+            )
+        ),
+        1.0,
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed_429() {
+    // The harness sets max_inflight_body_bytes to 8 x max_body_bytes.
+    const MAX: usize = 8 * 1024;
+    let g = guard(Options {
+        max_body_bytes: MAX,
+        ..Options::default()
+    })
+    .await;
+    // STREAMED answers every chunk, so each answer proves its chunk is held.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut s = Stream::open(&g).await;
+        s.headers(
+            BodySendMode::Streamed,
+            "POST",
+            "/v1/chat/completions",
+            false,
+        )
+        .await;
+        assert!(is_continue(&s.next().await));
+        s.body(&[b' '; MAX], false).await;
+        assert!(matches!(s.next().await, Response::RequestBody(_)));
+        held.push(s);
+    }
+    let mut s = Stream::open(&g).await;
+    s.headers(
+        BodySendMode::FullDuplexStreamed,
+        "POST",
+        "/v1/chat/completions",
+        false,
+    )
+    .await;
+    s.body(b" ", false).await;
+    let i = immediate(s.next().await);
+    assert_eq!(status(&i), 429, "shed, never a 5xx");
+    let retry_after = i
+        .headers
+        .as_ref()
+        .unwrap()
+        .set_headers
+        .iter()
+        .filter_map(|h| h.header.as_ref())
+        .any(|h| h.key == "retry-after");
+    assert!(retry_after);
+    // Streams that go away give their bytes back.
+    drop(held);
+    let served = async {
+        loop {
+            let mut s = Stream::open(&g).await;
+            s.headers(
+                BodySendMode::FullDuplexStreamed,
+                "POST",
+                "/v1/chat/completions",
+                false,
+            )
+            .await;
+            s.body(&chat(2), true).await;
+            match s.next().await {
+                Response::ImmediateResponse(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                }
+                r => return r,
+            }
+        }
+    };
+    let r = tokio::time::timeout(PATIENCE, served)
+        .await
+        .expect("the budget is freed");
+    assert!(is_continue(&r));
+}
+
+#[tokio::test]
+async fn a_decided_stream_left_open_for_the_response_holds_no_body_bytes() {
+    const MAX: usize = 8 * 1024;
+    let g = guard(Options {
+        max_body_bytes: MAX,
+        ..Options::default()
+    })
+    .await;
+    let body = padded_chat(2, MAX - 1);
+    // Twice the budget's worth of allowed bodies, each stream kept open as
+    // Envoy keeps it while the response streams.
+    let mut open = Vec::new();
+    for _ in 0..16 {
+        let mut s = Stream::open(&g).await;
+        s.headers(
+            BodySendMode::FullDuplexStreamed,
+            "POST",
+            "/v1/chat/completions",
+            false,
+        )
+        .await;
+        s.body(&body, true).await;
+        assert!(is_continue(&s.next().await), "served, not shed");
+        assert_eq!(read_echo(&mut s).await, body);
+        open.push(s);
+    }
+}

@@ -125,6 +125,10 @@ async fn judge(
             Bytes::from(http.raw_body)
         };
         check_complete(&headers, body.len())?;
+        // Already in memory, but held against the budget for bodies in
+        // flight while it is judged, so a flood is shed like the proxy's.
+        let mut held = app.body_budget.reservation();
+        held.grow(body.len())?;
         let head = gate::Head {
             method: &method,
             target: &target,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    external_processor_server::ExternalProcessor, ProcessingRequest, ProcessingResponse,
+    external_processor_server::ExternalProcessor, processing_request::Request as Message,
+    ProcessingRequest, ProcessingResponse,
 };
 use futures_util::Stream;
 use http::{Method, StatusCode, Uri};
@@ -87,6 +88,9 @@ impl Exchange {
 async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
     let mut session = Session::new(app.max_body_bytes);
     let mut x = Exchange::new();
+    // The body being collected counts against the guard-wide budget for
+    // bodies in flight, as the proxy's does; given back when the stream ends.
+    let mut held = app.body_budget.reservation();
     loop {
         let msg = match inbound.message().await {
             Ok(Some(msg)) => msg,
@@ -104,7 +108,16 @@ async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
                 return;
             }
         };
+        let collected = match (&msg.request, session.collecting()) {
+            (Some(Message::RequestBody(b)), true) => b.body.len(),
+            _ => 0,
+        };
         let mut step = session.on_message(msg);
+        if collected > 0 && !matches!(step, Step::Refuse(_)) {
+            if let Err(shed) = held.grow(collected) {
+                step = Step::Refuse(shed);
+            }
+        }
         let out = loop {
             step = match step {
                 Step::Send(out) => break out,
@@ -137,6 +150,11 @@ async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
                     return;
                 }
             }
+        }
+        if session.decided() && held.bytes() > 0 {
+            // The body is echoed or refused: its bytes are no longer held,
+            // though the stream may stay open for the whole response.
+            held = app.body_budget.reservation();
         }
         if session.finished() {
             return;

@@ -157,6 +157,11 @@ impl Session {
         matches!(self.state, State::Through | State::Refused)
     }
 
+    /// A prompt route's body is arriving (and held until judged).
+    pub fn collecting(&self) -> bool {
+        matches!(self.state, State::Collecting { .. })
+    }
+
     /// Refused: nothing more will be answered, the stream may end.
     pub fn finished(&self) -> bool {
         matches!(self.state, State::Refused)
