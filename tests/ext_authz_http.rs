@@ -776,3 +776,83 @@ async fn ambiguous_framing_on_the_check_is_denied_and_closes() {
     let v: Value = serde_json::from_slice(&answers[0].body).unwrap();
     assert_eq!(v["error"]["code"], "bad_framing");
 }
+
+// === the adversarial corpus, as Envoy checks ===
+
+/// Every case of the proxy's adversarial and legitimate corpora (issue 3),
+/// sent to the authorization listener as an Envoy without `path_prefix`
+/// would send it: the same method, target, headers and body. What the proxy
+/// refuses is denied with the same status and reason, what it forwards is
+/// allowed, and a connection it closes is closed here too.
+async fn run_corpus_as_checks(cases: &[common::corpus::Case]) -> usize {
+    use common::corpus::Exp;
+    use common::wire::{h1_pipeline, h2_streams};
+    let g = spawn(&format!(
+        "max_req_input_len = {}\nmax_body_bytes = 65536\n",
+        common::corpus::LIMIT
+    ))
+    .await;
+    let mut failures = Vec::new();
+    let mut sent = 0;
+    for h2 in [false, true] {
+        for case in cases {
+            if h2 && case.h1_only() {
+                continue;
+            }
+            let reqs: Vec<_> = case.reqs.iter().map(|(r, _)| r.clone()).collect();
+            let got: Vec<Option<(u16, Vec<u8>)>> = if h2 {
+                h2_streams(g.authz, &reqs, 3)
+                    .await
+                    .into_iter()
+                    .map(|r| r.map(|r| (r.status, r.body)))
+                    .collect()
+            } else {
+                let got = h1_pipeline(g.authz, &reqs).await;
+                (0..reqs.len())
+                    .map(|i| got.get(i).map(|r| (r.status, r.body.clone())))
+                    .collect()
+            };
+            sent += reqs.len();
+            for (i, ((_, exp), got)) in case.reqs.iter().zip(&got).enumerate() {
+                let shown = got.as_ref().map_or("no answer".to_string(), |(s, b)| {
+                    format!("{s} {}", String::from_utf8_lossy(b))
+                });
+                let ok = match (exp, got) {
+                    (Exp::Arrive { .. }, Some((200, body))) => body.is_empty(),
+                    (Exp::Refused { status, says }, Some((s, body))) => {
+                        s == status
+                            && says.is_none_or(|w| String::from_utf8_lossy(body).contains(w))
+                    }
+                    (Exp::Dropped, None) => true,
+                    _ => false,
+                };
+                if !ok {
+                    failures.push(format!(
+                        "{} {}: request {i}: want {exp:?}, got {shown}",
+                        if h2 { "h2c" } else { "http1" },
+                        case.name
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    sent
+}
+
+#[tokio::test]
+async fn adversarial_corpus_as_checks_is_never_allowed() {
+    let sent = run_corpus_as_checks(&common::corpus::adversarial()).await;
+    println!("{sent} adversarial checks");
+}
+
+#[tokio::test]
+async fn legitimate_corpus_as_checks_is_allowed() {
+    let sent = run_corpus_as_checks(&common::corpus::legitimate()).await;
+    println!("{sent} legitimate checks");
+}
