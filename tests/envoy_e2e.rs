@@ -463,6 +463,30 @@ impl Stack {
             .await;
     }
 
+    /// A large body that is allowed (few tokens, megabytes of other fields)
+    /// reaches SGLang whole and unchanged: in full duplex the guard's echo,
+    /// in ~100 chunks, is the body.
+    async fn large_allowed_body_intact(&self) {
+        let pad: String = (0..6_000_000u32)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let body = json!({"model": MODEL, "prompt": "hello hello", "pad": pad}).to_string();
+        let before = self.mock.state.count();
+        let answer = self.post("/v1/completions", body.clone()).await;
+        assert_eq!(
+            answer.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&answer.body)
+        );
+        let seen = self.mock.state.requests();
+        assert_eq!(seen.len(), before + 1);
+        assert!(
+            seen.last().unwrap().body == body.as_bytes(),
+            "the 6 MB body SGLang got differs from the one sent"
+        );
+    }
+
     /// A client that goes away in the middle of its body sends SGLang
     /// nothing: the next request is the only one that arrives.
     async fn aborted_upload_never_forwarded(&self) {
@@ -576,6 +600,7 @@ async fn scenario(mode: Mode) {
     stack.spoofed_headers_ignored().await;
     stack.unreadable_bodies_refused().await;
     stack.chunked_uploads().await;
+    stack.large_allowed_body_intact().await;
     stack.aborted_upload_never_forwarded().await;
     stack.metrics_name_the_mode().await;
     stack.guard_down_refuses().await;
