@@ -77,16 +77,44 @@ fn varied_text(bytes: usize) -> String {
     s
 }
 
-fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut best = Duration::MAX;
+/// This process's user + system CPU time (Linux), to tell parallel work
+/// from a machine too busy to run it in parallel.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// The best wall time of `runs`, and the CPU time of that run.
+fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> ((Duration, Duration), T) {
+    let mut best = (Duration::MAX, Duration::ZERO);
     let mut out = None;
     for _ in 0..runs {
-        let t = Instant::now();
+        let (t, c) = (Instant::now(), cpu_time());
         let v = f();
-        best = best.min(t.elapsed());
+        let wall = t.elapsed();
+        if wall < best.0 {
+            best = (wall, cpu_time().saturating_sub(c));
+        }
         out = Some(v);
     }
     (best, out.unwrap())
+}
+
+fn ms(d: (Duration, Duration), base: (Duration, Duration)) -> String {
+    format!(
+        "{:>8.1} ms wall ({:.2}x), {:>8.1} ms cpu",
+        d.0.as_secs_f64() * 1e3,
+        d.0.as_secs_f64() / base.0.as_secs_f64(),
+        d.1.as_secs_f64() * 1e3
+    )
 }
 
 #[test]
@@ -99,7 +127,7 @@ fn qwen25_counting_paths() {
         .unwrap()
         .unwrap();
     let limit = 681_280;
-    for (label, bytes) in [("~600k tokens", 2_500_000usize), ("~1M tokens", 4_200_000)] {
+    for (label, bytes) in [("~600k tokens", 1_800_000usize), ("~1M tokens", 3_000_000)] {
         let text = varied_text(bytes);
         let (t_encode, n) = best_of(3, || tok.encode_len(&text, false).unwrap());
         let (t_seq, n_seq) = best_of(3, || tok.count_exact(&text, false).unwrap());
@@ -110,23 +138,20 @@ fn qwen25_counting_paths() {
         assert_eq!(n, n_par);
         println!(
             "{label}: {} bytes, {n} tokens, {} threads\n  \
-             tokenizers encode (1 thread): {:>8.1} ms\n  \
-             pipeline, sequential:         {:>8.1} ms ({:.2}x)\n  \
-             pipeline, parallel:           {:>8.1} ms ({:.2}x)\n  \
-             parallel, limit {limit}:     {:>8.1} ms ({:.2}x) -> {} tokens, complete={}\n  \
-             upper bound:                  {:>8.3} ms -> {:?}",
+             tokenizers encode (1 thread): {}\n  \
+             pipeline, sequential:         {}\n  \
+             pipeline, parallel:           {}\n  \
+             parallel, limit {limit}:   {} -> {} tokens, complete={}\n  \
+             upper bound:                  {} -> {:?}",
             text.len(),
             prefill_guard::count::fast::pool_threads(),
-            t_encode.as_secs_f64() * 1e3,
-            t_seq.as_secs_f64() * 1e3,
-            t_seq.as_secs_f64() / t_encode.as_secs_f64(),
-            t_par.as_secs_f64() * 1e3,
-            t_par.as_secs_f64() / t_encode.as_secs_f64(),
-            t_lim.as_secs_f64() * 1e3,
-            t_lim.as_secs_f64() / t_encode.as_secs_f64(),
+            ms(t_encode, t_encode),
+            ms(t_seq, t_encode),
+            ms(t_par, t_encode),
+            ms(t_lim, t_encode),
             tally.tokens,
             tally.complete,
-            t_bound.as_secs_f64() * 1e3,
+            ms(t_bound, t_encode),
             bound,
         );
     }
