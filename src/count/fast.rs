@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use tokenizers::{
-    Encoding, Model, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Token,
-    Tokenizer,
+    Encoding, Model, NormalizerWrapper, OffsetReferential, OffsetType, PreTokenizedString,
+    PreTokenizer, Token, Tokenizer,
 };
 
 use super::CountError;
@@ -197,10 +197,15 @@ fn tok_err(e: impl std::fmt::Display) -> CountError {
 }
 
 /// `extract_and_normalize` then the pre-tokenizer, as `encode_single_sequence` does.
+/// An NFC normalizer is skipped on ASCII text, which NFC leaves unchanged
+/// (ASCII characters neither decompose nor compose with each other).
 fn pre_tokenize(tokenizer: &Tokenizer, text: &str) -> Result<PreTokenizedString, CountError> {
+    let normalizer = tokenizer
+        .get_normalizer()
+        .filter(|n| !(matches!(n, NormalizerWrapper::NFC(_)) && text.is_ascii()));
     let mut pre = tokenizer
         .get_added_vocabulary()
-        .extract_and_normalize(tokenizer.get_normalizer(), text);
+        .extract_and_normalize(normalizer, text);
     if let Some(p) = tokenizer.get_pre_tokenizer() {
         p.pre_tokenize(&mut pre).map_err(tok_err)?;
     }
