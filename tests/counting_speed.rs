@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use prefill_guard::count::TextTokenizer;
 
 /// Deterministic varied text: prose, code, numbers, CJK, emoji, whitespace runs.
-fn varied_text(bytes: usize) -> String {
+fn varied_text(bytes: usize, ascii_only: bool) -> String {
     const WORDS: &[&str] = &[
         "the",
         "guard",
@@ -69,6 +69,9 @@ fn varied_text(bytes: usize) -> String {
         state ^= state >> 7;
         state ^= state << 17;
         let w = WORDS[(state % WORDS.len() as u64) as usize];
+        if ascii_only && !w.is_ascii() {
+            continue;
+        }
         s.push_str(w);
         if !w.ends_with('\n') && state % 5 != 0 {
             s.push(' ');
@@ -127,8 +130,12 @@ fn qwen25_counting_paths() {
         .unwrap()
         .unwrap();
     let limit = 681_280;
-    for (label, bytes) in [("~600k tokens", 1_800_000usize), ("~1M tokens", 3_000_000)] {
-        let text = varied_text(bytes);
+    for (label, bytes, ascii) in [
+        ("~600k tokens", 1_800_000usize, false),
+        ("~1M tokens", 3_000_000, false),
+        ("ASCII only", 2_000_000, true),
+    ] {
+        let text = varied_text(bytes, ascii);
         let (t_encode, n) = best_of(3, || tok.encode_len(&text, false).unwrap());
         let (t_seq, n_seq) = best_of(3, || tok.count_exact(&text, false).unwrap());
         let (t_par, n_par) = best_of(3, || tok.count_parallel(&text, false).unwrap());
