@@ -37,7 +37,14 @@ if [ -n "$rev" ]; then
   commit="$(git rev-parse --verify "$rev^{commit}")"
   # One fixed directory, so that a new commit rebuilds only what changed.
   src="$repo/target/bench/src"
-  if [ "$(cat "$src/.bench-commit" 2>/dev/null)" != "$commit" ]; then
+  built="$(cat "$src/.bench-commit" 2>/dev/null || true)"
+  # A commit that changes nothing the binary is built from reuses the build.
+  if [ -n "$built" ] && [ "$built" != "$commit" ] &&
+    git diff --quiet "$built" "$commit" -- src Cargo.toml Cargo.lock build.rs 2>/dev/null; then
+    echo "$commit" >"$src/.bench-commit"
+    built="$commit"
+  fi
+  if [ "$built" != "$commit" ]; then
     rm -rf "$src"
     mkdir -p "$src"
     git archive "$commit" | tar -x -C "$src"
