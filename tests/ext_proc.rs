@@ -542,7 +542,13 @@ async fn routes_are_decided_at_the_headers_when_no_body_is_needed() {
 #[tokio::test]
 async fn body_modes_that_cannot_be_judged_whole_are_refused() {
     let g = guard(Options::default()).await;
-    for mode in [BodySendMode::None, BodySendMode::BufferedPartial] {
+    // STREAMED would need the headers answered, and so sent upstream, before
+    // the body can be judged: refused like the modes that truncate.
+    for mode in [
+        BodySendMode::None,
+        BodySendMode::BufferedPartial,
+        BodySendMode::Streamed,
+    ] {
         let mut s = Stream::open(&g).await;
         s.headers(mode, "POST", "/v1/chat/completions", false).await;
         let i = immediate(s.next().await);
@@ -555,43 +561,6 @@ async fn body_modes_that_cannot_be_judged_whole_are_refused() {
                 .contains("request_body_mode"),
             "{v}"
         );
-    }
-}
-
-#[tokio::test]
-async fn streamed_mode_holds_every_chunk_back_until_the_decision() {
-    let g = guard(Options::default()).await;
-    let input = padded_chat(2, 3000);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Streamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
-    assert!(is_continue(&s.next().await));
-    let pieces: Vec<&[u8]> = input.chunks(1000).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        let last = i + 1 == pieces.len();
-        s.body(piece, last).await;
-        let Response::RequestBody(b) = s.next().await else {
-            panic!("a body answer per chunk");
-        };
-        let mutation = b.response.unwrap().body_mutation.unwrap().mutation.unwrap();
-        if last {
-            assert_eq!(
-                mutation,
-                Mutation::Body(input.clone()),
-                "the whole body, once judged"
-            );
-        } else {
-            assert_eq!(
-                mutation,
-                Mutation::ClearBody(true),
-                "nothing passes before the decision"
-            );
-        }
     }
 }
 
@@ -633,33 +602,43 @@ async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed
         ..Options::default()
     })
     .await;
-    // STREAMED answers every chunk, so each answer proves its chunk is held.
+    // Full duplex answers nothing before the body ends: eight streams each
+    // hold a whole body's worth, then a ninth is shed once the guard has
+    // taken them in (polled: nothing tells when it has read them).
     let mut held = Vec::new();
     for _ in 0..8 {
         let mut s = Stream::open(&g).await;
         s.headers(
-            BodySendMode::Streamed,
+            BodySendMode::FullDuplexStreamed,
             "POST",
             "/v1/chat/completions",
             false,
         )
         .await;
-        assert!(is_continue(&s.next().await));
         s.body(&[b' '; MAX], false).await;
-        assert!(matches!(s.next().await, Response::RequestBody(_)));
         held.push(s);
     }
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
-    s.body(b" ", false).await;
-    let i = immediate(s.next().await);
-    assert_eq!(status(&i), 429, "shed, never a 5xx");
+    let shed = async {
+        loop {
+            let mut s = Stream::open(&g).await;
+            s.headers(
+                BodySendMode::FullDuplexStreamed,
+                "POST",
+                "/v1/chat/completions",
+                false,
+            )
+            .await;
+            s.body(b" ", false).await;
+            s.body(b"", true).await;
+            match s.next().await {
+                Response::ImmediateResponse(i) if status(&i) == 429 => return i,
+                _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let i = tokio::time::timeout(PATIENCE, shed)
+        .await
+        .expect("shed once eight bodies are held");
     let retry_after = i
         .headers
         .as_ref()
@@ -668,7 +647,7 @@ async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed
         .iter()
         .filter_map(|h| h.header.as_ref())
         .any(|h| h.key == "retry-after");
-    assert!(retry_after);
+    assert!(retry_after, "a shed answer says when to retry");
     // Streams that go away give their bytes back.
     drop(held);
     let served = async {

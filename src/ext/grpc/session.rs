@@ -12,12 +12,14 @@
 //!   Allowed: the header response, then the body echoed in chunks of at most
 //!   [`ECHO_CHUNK`] bytes (Envoy forwards only what is echoed), then the
 //!   trailers response if the body ended with trailers.
-//! - `STREAMED`: every chunk must be answered before Envoy forwards it, so each
-//!   is answered by clearing it; the last one is answered with the whole body
-//!   once it is judged. Upstream sees no prompt byte before the decision.
 //! - `NONE`, `BUFFERED_PARTIAL` (a truncated body), `GRPC` or no
 //!   `protocol_config`: an inspected route is refused, since its body cannot
 //!   be judged whole.
+//! - `STREAMED` is refused too. Envoy sends no body chunk before the header
+//!   response, and once the headers are answered it opens the upstream request:
+//!   SGLang would see the request line and headers of a prompt the guard then
+//!   refuses (its body held back by clearing chunks, the stream reset). The
+//!   guard's promise is that a refused request sends *nothing* upstream.
 //!
 //! Fail closed: the stream only ends cleanly after a decision was sent
 //! ([`Session::on_end`]); a refusal is an `ImmediateResponse`, never a closed
@@ -73,17 +75,17 @@ pub enum Step {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BodyMode {
-    Streamed,
     Buffered,
     FullDuplex,
-    /// NONE, BUFFERED_PARTIAL, GRPC, anything newer: no whole body to judge.
+    /// NONE, BUFFERED_PARTIAL, GRPC, anything newer: no whole body to judge;
+    /// STREAMED: no body before the headers went upstream (module docs).
     Unusable(&'static str),
 }
 
 impl BodyMode {
     fn from_proto(mode: i32) -> Self {
         match BodySendMode::try_from(mode) {
-            Ok(BodySendMode::Streamed) => BodyMode::Streamed,
+            Ok(BodySendMode::Streamed) => BodyMode::Unusable("STREAMED"),
             Ok(BodySendMode::Buffered) => BodyMode::Buffered,
             Ok(BodySendMode::FullDuplexStreamed) => BodyMode::FullDuplex,
             Ok(BodySendMode::None) => BodyMode::Unusable("NONE"),
@@ -103,7 +105,7 @@ enum State {
     /// A prompt route's body, arriving.
     Collecting {
         body: BytesMut,
-        /// The header response went out already (BUFFERED, STREAMED).
+        /// The header response went out already (BUFFERED).
         headers_answered: bool,
     },
     /// The body is with the driver to be judged.
@@ -263,7 +265,7 @@ impl Session {
                 )),
                 Some(BodyMode::Unusable(name)) => Step::Refuse(Reason::Internal(format!(
                     "ext_proc request_body_mode {name} does not deliver the whole body; \
-                     prefill-guard needs BUFFERED or FULL_DUPLEX_STREAMED (or STREAMED)"
+                     prefill-guard needs BUFFERED or FULL_DUPLEX_STREAMED"
                 ))),
                 Some(BodyMode::FullDuplex) => {
                     // The header response waits for the decision: Envoy holds
@@ -274,7 +276,7 @@ impl Session {
                     };
                     Step::Send(Vec::new())
                 }
-                Some(BodyMode::Buffered | BodyMode::Streamed) => {
+                Some(BodyMode::Buffered) => {
                     // Envoy must answer headers before it sends the body.
                     self.state = State::Collecting {
                         body: BytesMut::new(),
@@ -311,15 +313,6 @@ impl Session {
             return Step::Judge(body);
         }
         match mode {
-            // Held back: answered, once judged, with the whole body.
-            Some(BodyMode::Streamed) => one(Response::RequestBody(BodyResponse {
-                response: Some(CommonResponse {
-                    body_mutation: Some(BodyMutation {
-                        mutation: Some(Mutation::ClearBody(true)),
-                    }),
-                    ..Default::default()
-                }),
-            })),
             Some(BodyMode::FullDuplex) => Step::Send(Vec::new()),
             // BUFFERED sends the body in one message, ending the stream unless
             // the request has trailers; a body answered before the trailers
@@ -350,8 +343,7 @@ impl Session {
                 };
                 Step::Judge(body)
             }
-            // STREAMED answered every chunk already (cleared): there is no
-            // body message left to carry the judged body.
+            // BUFFERED answers the body before trailers could follow.
             _ => Step::Refuse(Reason::Internal(
                 "request trailers are supported with FULL_DUPLEX_STREAMED only".into(),
             )),
@@ -404,16 +396,6 @@ impl Session {
                         TrailersResponse::default(),
                     )));
                 }
-            }
-            Some(BodyMode::Streamed) => {
-                out.push(response(Response::RequestBody(BodyResponse {
-                    response: Some(CommonResponse {
-                        body_mutation: Some(BodyMutation {
-                            mutation: Some(Mutation::Body(body.to_vec())),
-                        }),
-                        ..Default::default()
-                    }),
-                })));
             }
             _ => out.push(response(Response::RequestBody(BodyResponse {
                 response: Some(CommonResponse::default()),
@@ -773,34 +755,10 @@ mod tests {
     }
 
     #[test]
-    fn streamed_clears_each_chunk_and_releases_the_whole_body_once_judged() {
-        let (mut s, out) = inspecting(BodySendMode::Streamed);
-        assert!(is_headers_continue(&out[0]));
-        let out = sent(s.on_message(body(b"{\"a\":", false)));
-        assert!(matches!(
-            &out[0].response,
-            Some(Response::RequestBody(BodyResponse {
-                response: Some(CommonResponse {
-                    body_mutation: Some(BodyMutation {
-                        mutation: Some(Mutation::ClearBody(true))
-                    }),
-                    ..
-                })
-            }))
-        ));
-        judged(s.on_message(body(b"1}", true)));
-        let out = s.allow();
-        assert!(
-            matches!(&out[0].response, Some(Response::RequestBody(BodyResponse {
-            response: Some(CommonResponse { body_mutation: Some(BodyMutation { mutation: Some(Mutation::Body(b)) }), .. })
-        })) if b == b"{\"a\":1}")
-        );
-    }
-
-    #[test]
     fn modes_that_cannot_deliver_a_whole_body_are_refused() {
         for mode in [
             BodySendMode::None,
+            BodySendMode::Streamed,
             BodySendMode::BufferedPartial,
             BodySendMode::Grpc,
         ] {
