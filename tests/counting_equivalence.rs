@@ -430,3 +430,85 @@ fn nfc_expansion_facts_hold_for_every_code_point() {
     }
     println!("largest NFD expansion: {worst}×");
 }
+
+/// Counters (tokenizer + chat template) of the fixtures that can count chat.
+fn counters() -> Option<&'static [(String, prefill_guard::count::ModelCounter)]> {
+    static CELL: OnceLock<Option<Vec<(String, prefill_guard::count::ModelCounter)>>> =
+        OnceLock::new();
+    CELL.get_or_init(|| {
+        let dir = shared::shared_dir()?.join("tokenizers");
+        let mut out = Vec::new();
+        for f in fixtures()? {
+            if let Ok(c) = prefill_guard::count::ModelCounter::load(&dir.join(&f.name)) {
+                out.push((f.name.clone(), c));
+            }
+        }
+        Some(out)
+    })
+    .as_deref()
+}
+
+proptest! {
+    // Whole chat requests (template, assistant prefix, both encode rules):
+    // a bound decision is never below the exact count, a stopped count is a
+    // lower bound at or above the limit, and an exact one is the count.
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn chat_decisions_compose_soundly(
+        user in text(all_specials(), 20),
+        assistant in text(all_specials(), 8),
+        prefix in any::<bool>(),
+        limit_frac in 0.0f64..2.0,
+        exact_only in any::<bool>(),
+    ) {
+        use prefill_guard::count::{Clock, CountMethod, CountPolicy, Unit};
+        let Some(counters) = counters() else { return Ok(()) };
+        let mut body = serde_json::json!({"messages": [{"role": "user", "content": user}]});
+        if prefix {
+            body["messages"].as_array_mut().unwrap()
+                .push(serde_json::json!({"role": "assistant", "content": assistant}));
+            body["continue_final_message"] = serde_json::json!(true);
+            body["add_generation_prompt"] = serde_json::json!(false);
+        }
+        let unit = Unit::Chat(std::sync::Arc::new(body));
+        for (name, counter) in counters {
+            let Ok(exact) = counter.count(&unit, Clock::default()) else { continue };
+            let limit = ((exact as f64 * limit_frac) as usize).max(1);
+            for parallel in [false, true] {
+                let policy = CountPolicy { limit: Some(limit), exact_only, parallel };
+                let c = counter.count_with(&unit, Clock::default(), policy).unwrap();
+                match c.method {
+                    CountMethod::Exact => prop_assert_eq!(c.tokens, exact, "{}", name),
+                    CountMethod::Bound => {
+                        prop_assert!(!exact_only);
+                        prop_assert!(c.tokens >= exact && c.tokens < limit, "{}: bound {} exact {}", name, c.tokens, exact);
+                    }
+                    CountMethod::EarlyExit => prop_assert!(
+                        c.tokens >= limit && c.tokens <= exact,
+                        "{}: stopped at {} for limit {} (exact {})", name, c.tokens, limit, exact
+                    ),
+                }
+                // The verdict is the exact count's.
+                prop_assert_eq!(c.tokens >= limit, exact >= limit, "{}", name);
+            }
+        }
+    }
+}
+
+/// The chat property above is not vacuous: most fixtures count chat.
+#[test]
+fn fixtures_count_chat() {
+    use prefill_guard::count::{Clock, Unit};
+    let Some(counters) = counters() else { return };
+    let unit = Unit::Chat(std::sync::Arc::new(
+        serde_json::json!({"messages": [{"role": "user", "content": "hello"}]}),
+    ));
+    let counting: Vec<&str> = counters
+        .iter()
+        .filter(|(_, c)| c.count(&unit, Clock::default()).is_ok())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    println!("fixtures counting chat: {counting:?}");
+    assert!(counting.len() >= 3, "{counting:?}");
+}
