@@ -607,7 +607,7 @@ async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed
     // taken them in (polled: nothing tells when it has read them).
     let mut held = Vec::new();
     for _ in 0..8 {
-        let mut s = Stream::open(&g).await;
+        let s = Stream::open(&g).await;
         s.headers(
             BodySendMode::FullDuplexStreamed,
             "POST",
