@@ -596,7 +596,8 @@ def main() -> None:
     out = Path(args.out)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    chosen = args.targets.split(",")
+    # `direct` is every other target's baseline: always measured.
+    chosen = ["direct", *args.targets.split(",")]
     wanted = args.workloads.split(",")
 
     workloads = [
