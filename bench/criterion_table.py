@@ -35,7 +35,9 @@ def main() -> None:
                 continue
             t = r[f][1]
             ratio = f" ({t / floor:.2f}×)" if floor and f != FLOOR else ""
-            cells.append(f"{t * 1e3:.2f}{ratio}")
+            if floor and f != FLOOR and t / floor < 0.01:
+                ratio = f" ({t / floor:.4f}×)"
+            cells.append((f"{t * 1e3:.2f}" if t >= 1e-4 else f"{t * 1e3:.4f}") + ratio)
         tokens = r.get(FLOOR, next(iter(r.values())))[0]
         print(f"| {fixture} | {tokens} | " + " | ".join(cells) + " |")
 
