@@ -110,6 +110,9 @@ pub struct ServeArgs {
     /// Requests that may wait for a counting thread before the guard sheds with 503.
     #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE")]
     pub count_queue: Option<usize>,
+    /// Longest wait for a counting thread before the guard sheds with 503 (default 10000).
+    #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE_TIMEOUT_MS")]
+    pub count_queue_timeout_ms: Option<u64>,
     /// Bytes of request bodies buffered at once; beyond it the guard sheds with 503
     /// (default: 8 × max-body-bytes).
     #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES")]
@@ -184,6 +187,7 @@ impl ServeArgs {
             upstream_response_timeout_secs: self.upstream_response_timeout_secs,
             count_workers: self.count_workers,
             count_queue: self.count_queue,
+            count_queue_timeout_ms: self.count_queue_timeout_ms,
             max_inflight_body_bytes: self.max_inflight_body_bytes,
             exact_counting: self.exact_counting,
             log_format: self.log_format,

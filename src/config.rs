@@ -28,6 +28,9 @@ pub struct Config {
     pub count_workers: usize,
     /// Requests allowed to wait for a counting thread; beyond it the guard sheds with 503.
     pub count_queue: usize,
+    /// Longest a request waits for a counting thread before it is shed with
+    /// 503: a full queue of huge prompts must not turn into minutes of latency.
+    pub count_queue_timeout: Duration,
     /// Bytes of request bodies buffered at once; a body that would pass it
     /// is shed with 503 + Retry-After (`server/budget.rs`).
     pub max_inflight_body_bytes: usize,
@@ -122,6 +125,7 @@ pub struct RawConfig {
     pub upstream_response_timeout_secs: Option<u64>,
     pub count_workers: Option<usize>,
     pub count_queue: Option<usize>,
+    pub count_queue_timeout_ms: Option<u64>,
     /// Bytes of request bodies buffered at once (default 8 × max_body_bytes).
     pub max_inflight_body_bytes: Option<usize>,
     /// Tokenize every prompt; never accept by the upper bound (default false).
@@ -182,6 +186,10 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:8000";
 pub const DEFAULT_ADMIN_LISTEN: &str = "0.0.0.0:9000";
 /// A 1M-token prompt is about 4 MiB of text; JSON escaping can double it.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// A counting slot is worth waiting for about as long as a few of the largest
+/// prompts take to count; past that a 503 the client can retry is the better answer.
+const DEFAULT_COUNT_QUEUE_TIMEOUT_MS: u64 = 10_000;
 /// The default body budget holds this many bodies of the maximum size.
 pub const DEFAULT_INFLIGHT_BODIES: usize = 8;
 /// Between discovery rounds: a restart or a memory change on a prefill
@@ -208,6 +216,7 @@ impl RawConfig {
                 .or(self.upstream_response_timeout_secs),
             count_workers: over.count_workers.or(self.count_workers),
             count_queue: over.count_queue.or(self.count_queue),
+            count_queue_timeout_ms: over.count_queue_timeout_ms.or(self.count_queue_timeout_ms),
             max_inflight_body_bytes: over
                 .max_inflight_body_bytes
                 .or(self.max_inflight_body_bytes),
@@ -449,6 +458,14 @@ impl Config {
             ),
             count_workers,
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),
+            count_queue_timeout: match raw.count_queue_timeout_ms {
+                Some(0) => {
+                    return Err(ConfigError(
+                        "count_queue_timeout_ms must be at least 1".into(),
+                    ))
+                }
+                ms => Duration::from_millis(ms.unwrap_or(DEFAULT_COUNT_QUEUE_TIMEOUT_MS)),
+            },
             max_inflight_body_bytes,
             exact_counting: raw.exact_counting.unwrap_or(false),
             log_format: raw.log_format.unwrap_or_default(),
@@ -517,6 +534,31 @@ mod tests {
         };
         let err = Config::resolve(raw).unwrap_err();
         assert!(err.0.contains("no prompt limit"), "{err}");
+    }
+
+    #[test]
+    fn count_queue_timeout_defaults_and_refuses_zero() {
+        let with = |extra: &str| {
+            Config::resolve(
+                RawConfig::from_toml(&format!(
+                    "upstream = \"http://router:30000\"\n{extra}\n\
+                     [[models]]\nname = \"m\"\ntokenizer = \"/m\"\nmax_req_input_len = 10\n"
+                ))
+                .unwrap(),
+            )
+        };
+        assert_eq!(
+            with("").unwrap().count_queue_timeout,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            with("count_queue_timeout_ms = 250")
+                .unwrap()
+                .count_queue_timeout,
+            Duration::from_millis(250)
+        );
+        let err = with("count_queue_timeout_ms = 0").unwrap_err();
+        assert!(err.0.contains("count_queue_timeout_ms"), "{err}");
     }
 
     #[test]

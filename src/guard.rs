@@ -81,6 +81,12 @@ impl Guard {
         self
     }
 
+    /// Longest wait for a counting thread before the request is shed.
+    pub fn with_queue_timeout(mut self, wait: Duration) -> Self {
+        self.pool.max_wait = wait;
+        self
+    }
+
     pub fn limits(&self) -> &Arc<Limits> {
         &self.limits
     }
@@ -249,10 +255,15 @@ fn require_json(content_type: Option<&[u8]>) -> Result<(), Reason> {
 /// Tokenization is CPU work: it runs on blocking threads, at most `workers`
 /// at once, and at most `queue` more may wait. Beyond that the guard sheds
 /// load with 503 instead of queueing without bound.
+///
+/// A place in the queue is not a promise either: a request that waited
+/// `max_wait` for a thread is shed too. Under a flood of huge prompts a full
+/// queue otherwise means minutes of latency for everyone admitted.
 struct CountPool {
     running: Arc<Semaphore>,
     admitted: Arc<AtomicUsize>,
     capacity: usize,
+    max_wait: Duration,
 }
 
 impl CountPool {
@@ -261,6 +272,7 @@ impl CountPool {
             running: Arc::new(Semaphore::new(workers.max(1))),
             admitted: Arc::new(AtomicUsize::new(0)),
             capacity: workers.max(1) + queue,
+            max_wait: Duration::from_secs(10),
         }
     }
 
@@ -269,11 +281,9 @@ impl CountPool {
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Reason> {
         let _slot = Admission::try_new(&self.admitted, self.capacity).ok_or(Reason::Overloaded)?;
-        let permit = self
-            .running
-            .clone()
-            .acquire_owned()
+        let permit = tokio::time::timeout(self.max_wait, self.running.clone().acquire_owned())
             .await
+            .map_err(|_| Reason::Overloaded)?
             .map_err(|_| Reason::Overloaded)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
@@ -350,5 +360,28 @@ mod tests {
             assert!(h.await.unwrap().is_ok());
         }
         assert!(pool.run(|| ()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_too_long_for_a_thread_is_shed() {
+        let mut pool = CountPool::new(1, 8);
+        pool.max_wait = Duration::from_millis(50);
+        let pool = Arc::new(pool);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let busy = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.run(move || rx.recv().ok()).await })
+        };
+        while pool.admitted.load(Ordering::Acquire) < 1 {
+            tokio::task::yield_now().await;
+        }
+        // Room in the queue, but the only thread stays busy past the wait.
+        assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
+        tx.send(()).unwrap();
+        assert!(busy.await.unwrap().is_ok());
+        assert!(
+            pool.run(|| ()).await.is_ok(),
+            "served once a thread is free"
+        );
     }
 }

@@ -299,7 +299,8 @@ async fn build(
         config.count_queue,
         Clock::Local,
     )
-    .with_exact_counting(config.exact_counting);
+    .with_exact_counting(config.exact_counting)
+    .with_queue_timeout(config.count_queue_timeout);
     let app = App::assemble(config, guard, metrics.clone(), discovery.clone())?;
     Ok(Built {
         app: Arc::new(app),

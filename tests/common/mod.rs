@@ -340,6 +340,7 @@ pub async fn start(opts: Options) -> Guarded {
         upstream_response_timeout: opts.response_timeout,
         count_workers: 2,
         count_queue: 16,
+        count_queue_timeout: Duration::from_secs(10),
         max_inflight_body_bytes: opts.max_body_bytes.saturating_mul(8),
         exact_counting: false,
         log_format: LogFormat::Human,
