@@ -70,6 +70,14 @@ impl Stream {
         self.tx.as_ref().unwrap().send(m).await.unwrap();
     }
 
+    /// A stream that has sent the headers of a `POST /v1/chat/completions`
+    /// with a body to follow.
+    async fn chat(g: &Guarded, mode: BodySendMode) -> Self {
+        let s = Self::open(g).await;
+        s.headers(mode, "POST", "/v1/chat/completions", false).await;
+        s
+    }
+
     async fn headers(&self, mode: BodySendMode, method: &str, path: &str, end_of_stream: bool) {
         self.send(headers(mode, method, path, end_of_stream)).await;
     }
@@ -207,14 +215,7 @@ fn series(name: &str, labels: &str) -> String {
 #[tokio::test]
 async fn buffered_allow_continues_headers_then_body() {
     let g = guard(Options::default()).await;
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Buffered,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::Buffered).await;
     assert!(is_continue(&s.next().await));
     s.body(&chat(3), true).await;
     let r = s.next().await;
@@ -243,14 +244,7 @@ async fn buffered_deny_is_an_immediate_400_with_the_proxys_body() {
     let g = guard(Options::default()).await;
     let proxy = g.post_raw("/v1/chat/completions", chat(LIMIT)).await;
     assert_eq!(proxy.status, 400);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Buffered,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::Buffered).await;
     assert!(is_continue(&s.next().await));
     s.body(&chat(LIMIT), true).await;
     let i = immediate(s.next().await);
@@ -283,14 +277,7 @@ async fn full_duplex_allow_answers_headers_first_then_echoes_the_exact_bytes() {
     })
     .await;
     let input = padded_chat(3, 300_000);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     // Envoy's own chunking: whatever the downstream sent, here 16 KiB.
     let pieces: Vec<&[u8]> = input.chunks(16 * 1024).collect();
     for (i, piece) in pieces.iter().enumerate() {
@@ -312,14 +299,7 @@ async fn full_duplex_allow_answers_headers_first_then_echoes_the_exact_bytes() {
 async fn full_duplex_ended_by_trailers_answers_trailers_after_the_body() {
     let g = guard(Options::default()).await;
     let input = chat(2);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     let (a, b) = input.split_at(10);
     s.body(a, false).await;
     s.body(b, false).await;
@@ -338,14 +318,7 @@ async fn full_duplex_ended_by_trailers_answers_trailers_after_the_body() {
 async fn full_duplex_deny_is_the_first_and_only_answer() {
     let g = guard(Options::default()).await;
     let input = chat(LIMIT);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     let (a, b) = input.split_at(input.len() / 2);
     s.body(a, false).await;
     s.body(b, true).await;
@@ -367,14 +340,7 @@ async fn a_million_token_body_in_full_duplex() {
     .await;
     // About a million tokens (6 MB): refused, as it must be.
     let huge = chat(1_000_000);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     let pieces: Vec<&[u8]> = huge.chunks(64 * 1024).collect();
     for (i, piece) in pieces.iter().enumerate() {
         s.body(piece, i + 1 == pieces.len()).await;
@@ -385,14 +351,7 @@ async fn a_million_token_body_in_full_duplex() {
     assert_eq!(v["error"]["code"], "context_length_exceeded");
     // A body of the same size that is under the limit goes through, byte for byte.
     let big = padded_chat(3, huge.len());
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     let pieces: Vec<&[u8]> = big.chunks(64 * 1024).collect();
     for (i, piece) in pieces.iter().enumerate() {
         s.body(piece, i + 1 == pieces.len()).await;
@@ -409,14 +368,7 @@ async fn a_body_over_the_cap_is_refused_413_at_once() {
     })
     .await;
     let input = padded_chat(1, 20 * 1024);
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     // Never ends: the refusal comes as soon as the cap is crossed.
     for piece in input.chunks(4096) {
         s.body(piece, false).await;
@@ -425,14 +377,7 @@ async fn a_body_over_the_cap_is_refused_413_at_once() {
     assert_eq!(status(&i), 413);
     assert_eq!(content_type(&i), b"application/json");
     // BUFFERED: one message over the cap.
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Buffered,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::Buffered).await;
     assert!(is_continue(&s.next().await));
     s.body(&input, true).await;
     assert_eq!(status(&immediate(s.next().await)), 413);
@@ -443,49 +388,21 @@ async fn a_stream_abandoned_mid_body_never_ends_cleanly_and_nothing_is_allowed()
     let g = guard(Options::default()).await;
     // Envoy half-closes mid-body: the guard answers with an error, not OK,
     // since OK would let Envoy proceed without a decision.
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     s.body(&chat(1)[..10], false).await;
     let end = s.close().await;
     let status = end.expect_err("an error status, never a clean end");
     assert_eq!(status.code(), tonic::Code::Aborted);
     // BUFFERED, closed after the header answer.
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Buffered,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::Buffered).await;
     assert!(is_continue(&s.next().await));
     assert!(s.close().await.is_err());
     // The client side goes away entirely (reset) mid-body.
-    let s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::FullDuplexStreamed,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
     s.body(&chat(1)[..10], false).await;
     drop(s);
     // A later request is answered normally, and none of the abandoned ones was allowed.
-    let mut s = Stream::open(&g).await;
-    s.headers(
-        BodySendMode::Buffered,
-        "POST",
-        "/v1/chat/completions",
-        false,
-    )
-    .await;
+    let mut s = Stream::chat(&g, BodySendMode::Buffered).await;
     assert!(is_continue(&s.next().await));
     s.body(&chat(LIMIT), true).await;
     assert_eq!(status_of(immediate(s.next().await)), 400);
@@ -607,27 +524,13 @@ async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed
     // taken them in (polled: nothing tells when it has read them).
     let mut held = Vec::new();
     for _ in 0..8 {
-        let s = Stream::open(&g).await;
-        s.headers(
-            BodySendMode::FullDuplexStreamed,
-            "POST",
-            "/v1/chat/completions",
-            false,
-        )
-        .await;
+        let s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
         s.body(&[b' '; MAX], false).await;
         held.push(s);
     }
     let shed = async {
         loop {
-            let mut s = Stream::open(&g).await;
-            s.headers(
-                BodySendMode::FullDuplexStreamed,
-                "POST",
-                "/v1/chat/completions",
-                false,
-            )
-            .await;
+            let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
             s.body(b" ", false).await;
             s.body(b"", true).await;
             match s.next().await {
@@ -652,14 +555,7 @@ async fn bodies_held_by_open_streams_count_against_the_budget_and_excess_is_shed
     drop(held);
     let served = async {
         loop {
-            let mut s = Stream::open(&g).await;
-            s.headers(
-                BodySendMode::FullDuplexStreamed,
-                "POST",
-                "/v1/chat/completions",
-                false,
-            )
-            .await;
+            let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
             s.body(&chat(2), true).await;
             match s.next().await {
                 Response::ImmediateResponse(_) => {
@@ -688,14 +584,7 @@ async fn a_decided_stream_left_open_for_the_response_holds_no_body_bytes() {
     // Envoy keeps it while the response streams.
     let mut open = Vec::new();
     for _ in 0..16 {
-        let mut s = Stream::open(&g).await;
-        s.headers(
-            BodySendMode::FullDuplexStreamed,
-            "POST",
-            "/v1/chat/completions",
-            false,
-        )
-        .await;
+        let mut s = Stream::chat(&g, BodySendMode::FullDuplexStreamed).await;
         s.body(&body, true).await;
         assert!(is_continue(&s.next().await), "served, not shed");
         assert_eq!(read_echo(&mut s).await, body);
