@@ -337,10 +337,12 @@ fn count_file(
 pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     crate::logging::init(config.log_format)?;
     let runtime = Runtime::start(config.clone(), source).await?;
-    // Installed before the listeners announce themselves, so a SIGHUP that
-    // follows the "serving" line reloads instead of terminating the process.
+    // Installed before the listeners announce themselves, so a SIGHUP or
+    // SIGTERM that follows the "serving" line reloads or drains instead of
+    // meeting the default action.
     #[cfg(unix)]
     let sighup = runtime.listen_for_sighup()?;
+    let terminate = shutdown_signal();
     let proxy = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
@@ -384,7 +386,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
         tokio::spawn(crate::ext::grpc::serve(listener, runtime.apps(), until))
     });
     let signal = async move {
-        shutdown_signal().await;
+        terminate.await;
         let _ = stop.send(true);
     };
     let listeners = crate::server::Listeners {
@@ -407,23 +409,34 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
 }
 
 /// SIGTERM (what Kubernetes and `docker stop` send) or Ctrl-C.
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+///
+/// The handlers are installed when this is called, not when the future is
+/// first polled: call it before announcing readiness, or a SIGTERM sent right
+/// after the announcement (a loaded machine can delay the first poll) meets
+/// the default action and kills the process without draining.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        async fn first(s: Option<Signal>) {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+        let term = first(signal(SignalKind::terminate()).ok());
+        let int = first(signal(SignalKind::interrupt()).ok());
+        async move {
+            tokio::select! {
+                () = term => {}
+                () = int => {}
+            }
+        }
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -211,6 +211,7 @@ impl SimPair {
 /// workers' URLs, serve until SIGTERM or Ctrl-C.
 pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     let pair = SimPair::start(args).await?;
+    let stop = crate::cli::shutdown_signal();
     println!(
         "{}",
         json!({
@@ -220,7 +221,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
             "mode": args.mode.name(),
         })
     );
-    crate::cli::shutdown_signal().await;
+    stop.await;
     pair.stop().await;
     Ok(())
 }
