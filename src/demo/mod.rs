@@ -40,10 +40,6 @@ pub fn write_demo_model(dir: &Path) -> io::Result<()> {
         .enumerate()
         .map(|(i, w)| (w.to_string(), json!(i)))
         .collect();
-    let special = |id: usize, content: &str| {
-        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
-               "rstrip": false, "normalized": false, "special": true})
-    };
     let tokenizer = json!({
         "version": "1.0",
         "truncation": null,
@@ -61,15 +57,7 @@ pub fn write_demo_model(dir: &Path) -> io::Result<()> {
         "unk_token": "[UNK]",
         "chat_template": TEMPLATE,
     });
-    std::fs::write(
-        dir.join("tokenizer.json"),
-        serde_json::to_vec_pretty(&tokenizer)?,
-    )?;
-    std::fs::write(
-        dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&config)?,
-    )?;
-    Ok(())
+    write_model(dir, &tokenizer, &config)
 }
 
 /// Writes a byte-level BPE model (`tokenizer.json`, `tokenizer_config.json`)
@@ -82,10 +70,6 @@ pub fn write_byte_model(dir: &Path) -> io::Result<()> {
         .enumerate()
         .map(|(byte, c)| (c.to_string(), json!(byte)))
         .collect();
-    let special = |id: usize, content: &str| {
-        json!({"id": id, "content": content, "single_word": false, "lstrip": false,
-               "rstrip": false, "normalized": false, "special": true})
-    };
     let tokenizer = json!({
         "version": "1.0",
         "truncation": null,
@@ -110,13 +94,27 @@ pub fn write_byte_model(dir: &Path) -> io::Result<()> {
         "pad_token": "<|endoftext|>",
         "chat_template": TEMPLATE,
     });
+    write_model(dir, &tokenizer, &config)
+}
+
+/// An added token as `tokenizer.json` lists it: special, matched verbatim.
+fn special(id: usize, content: &str) -> serde_json::Value {
+    json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+           "rstrip": false, "normalized": false, "special": true})
+}
+
+fn write_model(
+    dir: &Path,
+    tokenizer: &serde_json::Value,
+    config: &serde_json::Value,
+) -> io::Result<()> {
     std::fs::write(
         dir.join("tokenizer.json"),
-        serde_json::to_vec_pretty(&tokenizer)?,
+        serde_json::to_vec_pretty(tokenizer)?,
     )?;
     std::fs::write(
         dir.join("tokenizer_config.json"),
-        serde_json::to_vec_pretty(&config)?,
+        serde_json::to_vec_pretty(config)?,
     )?;
     Ok(())
 }
