@@ -104,17 +104,7 @@ impl Guard {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Answer {
-        let mut req = self
-            .http
-            .request(
-                method.parse().unwrap(),
-                format!("http://{}{target}", self.authz),
-            )
-            .body(body.to_string());
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        read(req.send().await.expect("the authz listener answers")).await
+        self.send(self.authz, method, target, headers, body).await
     }
 
     /// The same request sent to the proxy port (whose upstream is down: only
@@ -126,17 +116,25 @@ impl Guard {
         headers: &[(&str, &str)],
         body: &str,
     ) -> Answer {
+        self.send(self.proxy, method, path, headers, body).await
+    }
+
+    async fn send(
+        &self,
+        to: SocketAddr,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Answer {
         let mut req = self
             .http
-            .request(
-                method.parse().unwrap(),
-                format!("http://{}{path}", self.proxy),
-            )
+            .request(method.parse().unwrap(), format!("http://{to}{target}"))
             .body(body.to_string());
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        read(req.send().await.expect("the proxy answers")).await
+        read(req.send().await.expect("the listener answers")).await
     }
 
     async fn metrics(&self) -> String {
