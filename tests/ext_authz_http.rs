@@ -72,17 +72,6 @@ async fn envoy_guard() -> Guard {
     .await
 }
 
-async fn read(resp: reqwest::Response) -> Answer {
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = resp.bytes().await.expect("a whole body");
-    Answer {
-        status,
-        headers,
-        body,
-    }
-}
-
 impl Guard {
     /// A check as Envoy sends it: the client's method, `PREFIX` + path,
     /// the client's headers and body.
@@ -134,7 +123,7 @@ impl Guard {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        read(req.send().await.expect("the listener answers")).await
+        Answer::read(req.send().await.expect("the listener answers")).await
     }
 
     async fn metrics(&self) -> String {
@@ -649,7 +638,7 @@ async fn traefik_checks_without_a_clear_original_are_denied() {
         .header("x-forwarded-uri", "/health")
         .header("x-forwarded-uri", "/v1/chat/completions")
         .body(chat(LIMIT));
-    let a = read(req.send().await.unwrap()).await;
+    let a = Answer::read(req.send().await.unwrap()).await;
     assert_denied(&a);
 }
 

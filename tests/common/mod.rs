@@ -410,6 +410,17 @@ pub struct Answer {
 }
 
 impl Answer {
+    pub async fn read(resp: reqwest::Response) -> Self {
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.expect("a whole body");
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
@@ -450,15 +461,7 @@ impl Guarded {
     }
 
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Answer {
-        let resp = req.send().await.expect("the guard answers");
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body = resp.bytes().await.expect("a whole body");
-        Answer {
-            status,
-            headers,
-            body,
-        }
+        Answer::read(req.send().await.expect("the guard answers")).await
     }
 
     pub async fn metrics(&self) -> String {
