@@ -273,15 +273,17 @@ fn proxy_service(
     })
 }
 
+/// What the authz and admin listeners answer: always a whole body.
+type FullResponse = Response<http_body_util::Full<bytes::Bytes>>;
+
 fn authz_service(
     apps: Arc<Apps>,
     framing: framing::Connection,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<http_body_util::Full<bytes::Bytes>>,
+    Response = FullResponse,
     Error = Infallible,
-    Future = impl Future<Output = Result<Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
-                 + Send,
+    Future = impl Future<Output = Result<FullResponse, Infallible>> + Send,
 > + Send {
     service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(framing.next_verdict());
@@ -300,10 +302,9 @@ fn admin_service(
     apps: Arc<Apps>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<http_body_util::Full<bytes::Bytes>>,
+    Response = FullResponse,
     Error = Infallible,
-    Future = impl Future<Output = Result<Response<http_body_util::Full<bytes::Bytes>>, Infallible>>
-                 + Send,
+    Future = impl Future<Output = Result<FullResponse, Infallible>> + Send,
 > + Send {
     service_fn(move |req| {
         let app = apps.load_full();
