@@ -159,7 +159,7 @@ impl Guard {
             }
         }
         d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
-        Ok(json::canonical(&value))
+        Ok(json::canonical(&value, body.len()))
     }
 
     /// With one model, every request is counted with it whatever `model` says,
