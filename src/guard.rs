@@ -41,19 +41,35 @@ pub struct Decision {
     /// Every unit's count, for an allowed request (bounds for `Bound` units).
     pub unit_tokens: Vec<usize>,
     pub limit: Option<usize>,
-    /// Time spent counting (queueing for a counting thread included).
+    /// Time spent counting (queueing for a counting thread included; for a
+    /// body decided whole on a counting thread, parsing too).
     pub count_time: Duration,
     /// The canonical body to forward, or why not.
     pub verdict: Result<Bytes, Reason>,
 }
 
 pub struct Guard {
-    models: Vec<Model>,
-    limits: Arc<Limits>,
+    core: Core,
     pool: CountPool,
+}
+
+/// What deciding needs besides the pool; cheap to clone into a counting
+/// thread, which decides large bodies whole.
+#[derive(Clone)]
+struct Core {
+    models: Arc<[Model]>,
+    limits: Arc<Limits>,
     clock: Clock,
     /// Never accept by the upper bound (`exact_counting`).
     exact_counting: bool,
+}
+
+/// A parsed request, with the served model that counts it and its limit.
+struct Inspected<'a> {
+    value: Arc<serde_json::Value>,
+    units: Vec<Unit>,
+    model: &'a Model,
+    limit: usize,
 }
 
 impl Guard {
@@ -66,18 +82,20 @@ impl Guard {
     ) -> Self {
         assert!(!models.is_empty(), "the guard needs at least one model");
         Self {
-            models,
-            limits,
+            core: Core {
+                models: models.into(),
+                limits,
+                clock,
+                exact_counting: false,
+            },
             pool: CountPool::new(workers, queue),
-            clock,
-            exact_counting: false,
         }
     }
 
     /// `exact_counting = true`: every prompt is tokenized (up to the limit),
     /// none accepted by its upper bound.
     pub fn with_exact_counting(mut self, exact: bool) -> Self {
-        self.exact_counting = exact;
+        self.core.exact_counting = exact;
         self
     }
 
@@ -88,39 +106,110 @@ impl Guard {
     }
 
     pub fn limits(&self) -> &Arc<Limits> {
-        &self.limits
+        &self.core.limits
     }
 
     pub fn model_names(&self) -> impl Iterator<Item = &str> {
-        self.models.iter().map(|m| m.name.as_str())
+        self.core.models.iter().map(|m| m.name.as_str())
     }
 
     /// Decides on a request body for an inspected route. `content_type` is the
     /// request's `Content-Type` header, if any.
+    ///
+    /// A small body is decided here, on the async runtime: parsing it and
+    /// bounding its prompt cost about what handing it to a counting thread
+    /// would cost in wake-ups. A large one is decided whole on the bounded
+    /// pool, parsing included, so that neither parsing nor counting a
+    /// multi-megabyte body holds up the connections sharing this thread.
     pub async fn check(&self, route: Route, content_type: Option<&[u8]>, body: Bytes) -> Decision {
-        let mut d = Decision {
-            route,
-            model: None,
-            tokens: None,
-            upper_bound: None,
-            method: None,
-            unit_tokens: Vec::new(),
-            limit: None,
-            count_time: Duration::ZERO,
-            verdict: Err(Reason::Internal("undecided".into())),
-        };
-        d.verdict = self.decide(&mut d, content_type, body).await;
+        let mut d = Decision::new(route);
+        if let Err(reason) = require_json(content_type) {
+            d.verdict = Err(reason);
+            return d;
+        }
+        if body.len() > INLINE_MAX_BYTES {
+            return self.check_on_pool(route, body).await;
+        }
+        d.verdict = self.decide_small(&mut d, &body).await;
         d
     }
 
-    async fn decide(
+    async fn decide_small(&self, d: &mut Decision, body: &[u8]) -> Result<Bytes, Reason> {
+        let Inspected {
+            value,
+            units,
+            model,
+            limit,
+        } = self.core.inspect(d, body)?;
+        let started = Instant::now();
+        let counted = self.count_small(model, units, limit).await;
+        d.count_time = started.elapsed();
+        conclude(d, &value, counted?, limit, body.len())
+    }
+
+    /// Counts a small body's units: by their upper bounds on the spot when
+    /// that decides them (everyday traffic), else exactly on the pool.
+    async fn count_small(
         &self,
-        d: &mut Decision,
-        content_type: Option<&[u8]>,
-        body: Bytes,
-    ) -> Result<Bytes, Reason> {
-        require_json(content_type)?;
-        let value = Arc::new(json::parse_strict(&body)?);
+        model: &Model,
+        units: Vec<Unit>,
+        limit: usize,
+    ) -> Result<Vec<Counted>, Reason> {
+        let mut policy = self.core.policy(model, limit);
+        // Token ids and embeddings need no tokenizer: no reason to queue them.
+        if units
+            .iter()
+            .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
+        {
+            return count_units(&model.counter, &units, policy, self.core.clock);
+        }
+        if !policy.exact_only {
+            match decide_units_by_bound(&model.counter, &units, limit, self.core.clock)? {
+                Some(counts) => return Ok(counts),
+                // Some unit needs its exact count: the pool counts them all
+                // exactly, without rendering a second time for the bound.
+                None => policy.exact_only = true,
+            }
+        }
+        let counter = model.counter.clone();
+        let clock = self.core.clock;
+        self.pool
+            .run(move || count_units(&counter, &units, policy, clock))
+            .await?
+    }
+
+    /// The whole decision on a counting thread. `count_time` is then the
+    /// time from admission to verdict: queueing and parsing included.
+    async fn check_on_pool(&self, route: Route, body: Bytes) -> Decision {
+        let started = Instant::now();
+        let core = self.core.clone();
+        let mut d = self
+            .pool
+            .run(move || {
+                let mut d = Decision::new(route);
+                d.verdict = core.decide_here(&mut d, &body);
+                d
+            })
+            .await
+            .unwrap_or_else(|shed| {
+                let mut d = Decision::new(route);
+                // Shed before parsing: the model is known only when there
+                // is one (`Core::select`), as the metrics' label.
+                if let [only] = &*self.core.models {
+                    d.model = Some(only.name.clone());
+                }
+                d.verdict = Err(shed);
+                d
+            });
+        d.count_time = started.elapsed();
+        d
+    }
+}
+
+impl Core {
+    /// Parses the body, extracts its prompt units and finds its model and limit.
+    fn inspect(&self, d: &mut Decision, body: &[u8]) -> Result<Inspected<'_>, Reason> {
+        let value = Arc::new(json::parse_strict(body)?);
         let request = inspect::extract(d.route, value.clone())?;
         let model = self.select(request.model.as_deref())?;
         d.model = Some(model.name.clone());
@@ -129,43 +218,45 @@ impl Guard {
             .get(&model.name)
             .ok_or_else(|| Reason::LimitUnknown(model.name.clone()))?;
         d.limit = Some(limit);
+        Ok(Inspected {
+            value,
+            units: request.units,
+            model,
+            limit,
+        })
+    }
 
-        let started = Instant::now();
-        let counted = self.count(model, request.units, limit).await;
-        d.count_time = started.elapsed();
-        let counts = counted?;
-        let method = overall_method(&counts);
-        d.method = Some(method);
-        let largest = counts.iter().map(|c| c.tokens).max();
-        // A bound is not a count: metrics and logs get no token number then.
-        if method == CountMethod::Bound {
-            d.upper_bound = largest;
-        } else {
-            d.tokens = largest;
+    fn policy(&self, model: &Model, limit: usize) -> CountPolicy {
+        CountPolicy {
+            limit: Some(limit),
+            // Without a bound for this tokenizer, trying one would only
+            // render every chat template twice.
+            exact_only: self.exact_counting || !model.counter.has_bound(),
+            parallel: true,
         }
-        // `count` stops at the first unit that does not fit; report that one.
-        if let Some(last) = counts.last() {
-            if let Err(e) = policy::check_unit(last.tokens, limit) {
-                d.tokens = Some(last.tokens);
-                d.upper_bound = None;
-                d.method = Some(last.method);
-                return Err(match last.method {
-                    CountMethod::EarlyExit => Reason::TooLongAtLeast {
-                        tokens: last.tokens,
-                        limit,
-                    },
-                    _ => e,
-                });
-            }
-        }
-        d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
-        Ok(json::canonical(&value, body.len()))
+    }
+
+    /// The whole decision, synchronously: for a counting thread.
+    fn decide_here(&self, d: &mut Decision, body: &[u8]) -> Result<Bytes, Reason> {
+        let Inspected {
+            value,
+            units,
+            model,
+            limit,
+        } = self.inspect(d, body)?;
+        let counts = count_units(
+            &model.counter,
+            &units,
+            self.policy(model, limit),
+            self.clock,
+        )?;
+        conclude(d, &value, counts, limit, body.len())
     }
 
     /// With one model, every request is counted with it whatever `model` says,
     /// as a single-model SGLang does; with several, `model` selects by served name.
     fn select(&self, requested: Option<&str>) -> Result<&Model, Reason> {
-        if let [only] = self.models.as_slice() {
+        if let [only] = &*self.models {
             return Ok(only);
         }
         let name = requested.ok_or_else(|| Reason::InvalidRequest {
@@ -177,32 +268,83 @@ impl Guard {
             .find(|m| m.name == name)
             .ok_or_else(|| Reason::UnknownModel(name.to_string()))
     }
+}
 
-    /// Counts units on the bounded pool, stopping at the first unit that does not fit.
-    async fn count(
-        &self,
-        model: &Model,
-        units: Vec<Unit>,
-        limit: usize,
-    ) -> Result<Vec<Counted>, Reason> {
-        let policy = CountPolicy {
-            limit: Some(limit),
-            exact_only: self.exact_counting,
-            parallel: true,
-        };
-        // Token ids and embeddings need no tokenizer: no reason to queue them.
-        if units
-            .iter()
-            .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
-        {
-            return count_units(&model.counter, &units, policy, self.clock);
+impl Decision {
+    fn new(route: Route) -> Self {
+        Self {
+            route,
+            model: None,
+            tokens: None,
+            upper_bound: None,
+            method: None,
+            unit_tokens: Vec::new(),
+            limit: None,
+            count_time: Duration::ZERO,
+            verdict: Err(Reason::Internal("undecided".into())),
         }
-        let counter = model.counter.clone();
-        let clock = self.clock;
-        self.pool
-            .run(move || count_units(&counter, &units, policy, clock))
-            .await?
     }
+}
+
+/// Applies the limit to the counts and, when every unit fits, returns the
+/// canonical body to forward. Fills what the metrics and the log report.
+fn conclude(
+    d: &mut Decision,
+    value: &serde_json::Value,
+    counts: Vec<Counted>,
+    limit: usize,
+    body_len: usize,
+) -> Result<Bytes, Reason> {
+    let method = overall_method(&counts);
+    d.method = Some(method);
+    let largest = counts.iter().map(|c| c.tokens).max();
+    // A bound is not a count: metrics and logs get no token number then.
+    if method == CountMethod::Bound {
+        d.upper_bound = largest;
+    } else {
+        d.tokens = largest;
+    }
+    // Counting stops at the first unit that does not fit; report that one.
+    if let Some(last) = counts.last() {
+        if let Err(e) = policy::check_unit(last.tokens, limit) {
+            d.tokens = Some(last.tokens);
+            d.upper_bound = None;
+            d.method = Some(last.method);
+            return Err(match last.method {
+                CountMethod::EarlyExit => Reason::TooLongAtLeast {
+                    tokens: last.tokens,
+                    limit,
+                },
+                _ => e,
+            });
+        }
+    }
+    d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
+    Ok(json::canonical(value, body_len))
+}
+
+/// Bodies up to this size are parsed and bounded on the async runtime
+/// (`Guard::check`), larger ones on a counting thread. A 32 KiB chat parses
+/// and renders in tens of microseconds, about what a task switch costs;
+/// ~8k-token chats, the bulk of everyday traffic, fit under it.
+const INLINE_MAX_BYTES: usize = 32 * 1024;
+
+/// Every unit decided by [`ModelCounter::decide_by_bound`], or `None` as soon
+/// as one needs an exact count.
+fn decide_units_by_bound(
+    counter: &ModelCounter,
+    units: &[Unit],
+    limit: usize,
+    clock: Clock,
+) -> Result<Option<Vec<Counted>>, Reason> {
+    let mut counts = Vec::with_capacity(units.len());
+    for unit in units {
+        match counter.decide_by_bound(unit, clock, limit)? {
+            Some(c) if c.tokens < limit => counts.push(c),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(counts))
 }
 
 /// Counts each unit against the limit, stopping after the first that does

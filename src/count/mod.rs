@@ -383,22 +383,56 @@ impl ModelCounter {
         policy: CountPolicy,
     ) -> Result<Counted, CountError> {
         if let (Some(limit), false) = (policy.limit, policy.exact_only) {
-            let ctx = Ctx::bound();
-            let n = self.count_in(unit, clock, &ctx)?;
-            if !ctx.used_bound.get() {
-                // Nothing was tokenized: `n` is exact (ids, embeddings).
-                return Ok(Counted {
-                    tokens: n,
-                    method: CountMethod::Exact,
-                });
-            }
-            if !ctx.unbounded.get() && n < limit {
-                return Ok(Counted {
-                    tokens: n,
-                    method: CountMethod::Bound,
-                });
+            if let Some(decided) = self.decide_by_bound(unit, clock, limit)? {
+                return Ok(decided);
             }
         }
+        self.count_exact(unit, clock, policy)
+    }
+
+    /// Whether this model's tokenizer admits an upper bound at all (`bound.rs`):
+    /// without one, [`Self::decide_by_bound`] only decides units that need
+    /// no tokenizer.
+    pub fn has_bound(&self) -> bool {
+        self.tokenizer
+            .as_ref()
+            .is_some_and(|t| t.bound_rule().has_bound())
+    }
+
+    /// The bound step of [`Self::count_with`] alone, without tokenizing:
+    /// `Some` when it decides the unit (an upper bound below `limit`, or a
+    /// unit that needs no tokenizer, which is then exact), `None` when only
+    /// an exact count can. Its cost is the template render and one pass over
+    /// the rendered bytes, so it is cheap enough to run anywhere.
+    pub fn decide_by_bound(
+        &self,
+        unit: &Unit,
+        clock: Clock,
+        limit: usize,
+    ) -> Result<Option<Counted>, CountError> {
+        let ctx = Ctx::bound();
+        let n = self.count_in(unit, clock, &ctx)?;
+        if !ctx.used_bound.get() {
+            // Nothing was tokenized: `n` is exact (ids, embeddings).
+            return Ok(Some(Counted {
+                tokens: n,
+                method: CountMethod::Exact,
+            }));
+        }
+        Ok((!ctx.unbounded.get() && n < limit).then_some(Counted {
+            tokens: n,
+            method: CountMethod::Bound,
+        }))
+    }
+
+    /// The exact step of [`Self::count_with`]: tokenizes, stopping at
+    /// `policy.limit` if there is one (the bound is not consulted).
+    pub fn count_exact(
+        &self,
+        unit: &Unit,
+        clock: Clock,
+        policy: CountPolicy,
+    ) -> Result<Counted, CountError> {
         let ctx = Ctx::exact(policy.limit, policy.parallel);
         let n = self.count_in(unit, clock, &ctx)?;
         if !ctx.stopped.get() {
