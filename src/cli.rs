@@ -254,7 +254,9 @@ pub struct CountArgs {
 /// Loads a model by directory or Hub id.
 pub async fn load_model(spec: &str, revision: &str) -> anyhow::Result<ModelCounter> {
     let dir = hub::resolve(spec, revision, &HubSettings::from_env()).await?;
-    Ok(ModelCounter::load(&dir)?)
+    // Reading and compiling a tokenizer takes up to a second: not on the
+    // runtime, whose one thread may be serving traffic (a reload).
+    Ok(tokio::task::spawn_blocking(move || ModelCounter::load(&dir)).await??)
 }
 
 fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {
