@@ -104,6 +104,10 @@ pub struct ServeArgs {
     pub upstream_connect_timeout_ms: Option<u64>,
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
     pub upstream_response_timeout_secs: Option<u64>,
+    /// Threads that serve connections (default 1: one event loop; counting
+    /// has its own threads).
+    #[arg(long, env = "PREFILL_GUARD_IO_THREADS")]
+    pub io_threads: Option<usize>,
     /// Counting threads (default: the number of cores).
     #[arg(long, env = "PREFILL_GUARD_COUNT_WORKERS")]
     pub count_workers: Option<usize>,
@@ -185,6 +189,7 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             upstream_connect_timeout_ms: self.upstream_connect_timeout_ms,
             upstream_response_timeout_secs: self.upstream_response_timeout_secs,
+            io_threads: self.io_threads,
             count_workers: self.count_workers,
             count_queue: self.count_queue,
             count_queue_timeout_ms: self.count_queue_timeout_ms,

@@ -24,6 +24,11 @@ pub struct Config {
     /// Time from forwarding a request to the upstream's response headers.
     /// Streaming bodies are not limited by it.
     pub upstream_response_timeout: Duration,
+    /// Threads that serve connections (fixed at start). With 1, every
+    /// connection runs on one event loop: no cross-thread wake-ups on the
+    /// request path, which measured cheaper than a work-stealing runtime on
+    /// small machines (BENCHMARKS.md). Counting has its own threads either way.
+    pub io_threads: usize,
     /// Threads that tokenize (off the async runtime).
     pub count_workers: usize,
     /// Requests allowed to wait for a counting thread; beyond it the guard sheds with 503.
@@ -123,6 +128,8 @@ pub struct RawConfig {
     pub max_body_bytes: Option<usize>,
     pub upstream_connect_timeout_ms: Option<u64>,
     pub upstream_response_timeout_secs: Option<u64>,
+    /// Threads that serve connections (default 1).
+    pub io_threads: Option<usize>,
     pub count_workers: Option<usize>,
     pub count_queue: Option<usize>,
     pub count_queue_timeout_ms: Option<u64>,
@@ -214,6 +221,7 @@ impl RawConfig {
             upstream_response_timeout_secs: over
                 .upstream_response_timeout_secs
                 .or(self.upstream_response_timeout_secs),
+            io_threads: over.io_threads.or(self.io_threads),
             count_workers: over.count_workers.or(self.count_workers),
             count_queue: over.count_queue.or(self.count_queue),
             count_queue_timeout_ms: over.count_queue_timeout_ms.or(self.count_queue_timeout_ms),
@@ -440,6 +448,10 @@ impl Config {
         if count_workers == 0 {
             return Err(ConfigError("count_workers must be at least 1".into()));
         }
+        let io_threads = raw.io_threads.unwrap_or(1);
+        if io_threads == 0 {
+            return Err(ConfigError("io_threads must be at least 1".into()));
+        }
         Ok(Config {
             listen: raw
                 .listen
@@ -456,6 +468,7 @@ impl Config {
             upstream_response_timeout: Duration::from_secs(
                 raw.upstream_response_timeout_secs.unwrap_or(600),
             ),
+            io_threads,
             count_workers,
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),
             count_queue_timeout: match raw.count_queue_timeout_ms {

@@ -3,22 +3,65 @@ use std::process::ExitCode;
 use clap::Parser;
 use prefill_guard::cli::{self, Cli, Command};
 
+// Counting does not depend on the allocator; throughput does (Cargo.toml).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// sysexits' EX_USAGE: the configuration is wrong, retrying will not help.
 const EX_USAGE: u8 = 64;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    match cli.command {
+        // `serve` sizes its runtime from its configuration (`io_threads`),
+        // so the configuration is read before any runtime exists.
         Command::Serve(args) => match args.load_config() {
-            Ok(config) => cli::serve(config, args.config_source())
-                .await
-                .map(|()| true),
+            Ok(config) => {
+                let source = args.config_source();
+                on_runtime(config.io_threads, async move {
+                    exit(cli::serve(config, source).await.map(|()| true))
+                })
+            }
             Err(e) => {
                 eprintln!("prefill-guard: {e}");
-                return ExitCode::from(EX_USAGE);
+                ExitCode::from(EX_USAGE)
             }
         },
+        other => on_runtime(
+            std::thread::available_parallelism().map_or(2, |n| n.get()),
+            run(other),
+        ),
+    }
+}
+
+fn on_runtime(threads: usize, work: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match runtime(threads) {
+        Ok(rt) => rt.block_on(work),
+        Err(e) => {
+            eprintln!("prefill-guard: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One thread: a current-thread runtime, every task on the thread that
+/// calls `block_on`, so no request wakes another thread; more: a
+/// work-stealing runtime over that many threads.
+fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    builder.enable_all().build()
+}
+
+/// Every command but `serve`.
+async fn run(command: Command) -> ExitCode {
+    let result = match command {
+        Command::Serve(_) => unreachable!("main runs `serve` itself"),
         Command::Count(args) => cli::count(&args, &mut std::io::stdout().lock()).await,
         // These two have exit statuses of their own (0/1/2), documented in their --help.
         Command::Audit(args) => {
@@ -33,6 +76,10 @@ async fn main() -> ExitCode {
         Command::Demo(args) => prefill_guard::demo::run(&args, &mut std::io::stdout()).await,
         Command::PdSim(args) => prefill_guard::sim::run(&args).await.map(|()| true),
     };
+    exit(result)
+}
+
+fn exit(result: anyhow::Result<bool>) -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

@@ -206,6 +206,9 @@ fn warn_restart_only(old: &Config, new: &Config) {
     if old.listen != new.listen {
         ignored.push("listen");
     }
+    if old.io_threads != new.io_threads {
+        ignored.push("io_threads");
+    }
     if old.admin_listen != new.admin_listen {
         ignored.push("admin_listen");
     }

@@ -338,6 +338,7 @@ pub async fn start(opts: Options) -> Guarded {
         max_body_bytes: opts.max_body_bytes,
         upstream_connect_timeout: Duration::from_secs(2),
         upstream_response_timeout: opts.response_timeout,
+        io_threads: 1,
         count_workers: 2,
         count_queue: 16,
         count_queue_timeout: Duration::from_secs(10),
