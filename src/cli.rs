@@ -381,6 +381,8 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
         authz_listen = authz_addr.map(tracing::field::display),
         upstream = %config.upstream,
         prefill_urls = config.prefill_urls.len(),
+        io_threads = config.io_threads,
+        count_workers = config.count_workers,
         "prefill-guard serving"
     );
     // One signal stops every listener; the gRPC one drains alongside the proxy.

@@ -1,0 +1,134 @@
+//! The real binary on both runtimes `io_threads` chooses (one event loop, the
+//! default, or a work-stealing runtime) decides the same on both paths a body
+//! can take: up to 32 KiB it is parsed and bounded on the connection's
+//! thread, above that it is parsed and counted whole on the counting pool.
+
+mod common;
+
+use serde_json::{json, Value};
+
+use common::{start_mock, words, MODEL};
+
+const LIMIT: usize = 5_000;
+
+/// What a request should come to: forwarded (200 from the mock) or refused
+/// as too long, with the prompt it carries.
+struct Case {
+    name: &'static str,
+    body: Vec<u8>,
+    forwarded: bool,
+}
+
+fn chat(text: &str) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": text}]})
+}
+
+fn cases() -> Vec<Case> {
+    let small_ok = serde_json::to_vec(&chat(&words(10))).unwrap();
+    // About 5,000 tokens (one a word) in ~30 KB: small, and over the limit.
+    let small_over = serde_json::to_vec(&chat(&words(LIMIT))).unwrap();
+    // A short prompt in a 40 KB body (JSON whitespace): large, and under it.
+    let mut large_ok = serde_json::to_vec(&chat(&words(10))).unwrap();
+    large_ok.extend(std::iter::repeat_n(b' ', 40_000));
+    let large_over = serde_json::to_vec(&chat(&words(3 * LIMIT))).unwrap();
+    assert!(small_over.len() <= 32 * 1024 && large_ok.len() > 32 * 1024);
+    vec![
+        Case {
+            name: "small, under",
+            body: small_ok,
+            forwarded: true,
+        },
+        Case {
+            name: "small, over",
+            body: small_over,
+            forwarded: false,
+        },
+        Case {
+            name: "large, under",
+            body: large_ok,
+            forwarded: true,
+        },
+        Case {
+            name: "large, over",
+            body: large_over,
+            forwarded: false,
+        },
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_runtimes_decide_the_same_on_both_paths() {
+    for io_threads in [None, Some(2)] {
+        let mock = start_mock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        prefill_guard::demo::write_demo_model(&model).unwrap();
+        let config = dir.path().join("prefill-guard.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "upstream = \"http://{}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+                 log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\nmax_req_input_len = {LIMIT}\n",
+                mock.addr,
+                model.display().to_string()
+            ),
+        )
+        .unwrap();
+        let flag = io_threads.map(|n: usize| n.to_string());
+        let args: Vec<&str> = match &flag {
+            Some(n) => vec!["--io-threads", n],
+            None => vec![],
+        };
+        let spawned = common::spawn_binary_with_args(&config, &args).await;
+        assert_eq!(
+            spawned.serving["io_threads"],
+            io_threads.unwrap_or(1),
+            "{}",
+            spawned.serving
+        );
+        let proxy = spawned.serving["listen"].as_str().unwrap().to_string();
+        let admin = spawned.serving["admin_listen"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let http = reqwest::Client::new();
+
+        // Every case four times, all at once, so both paths run concurrently.
+        let cases = cases();
+        let sends = cases.iter().cycle().take(4 * cases.len()).map(|case| {
+            let req = http
+                .post(format!("http://{proxy}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(case.body.clone());
+            async move {
+                let r = req.send().await.unwrap();
+                let status = r.status().as_u16();
+                (case, status, r.bytes().await.unwrap())
+            }
+        });
+        for (case, status, body) in futures_util::future::join_all(sends).await {
+            let what = format!("{} with io_threads {io_threads:?}", case.name);
+            if case.forwarded {
+                assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
+            } else {
+                assert_eq!(status, 400, "{what}: {}", String::from_utf8_lossy(&body));
+                let e: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(e["error"]["code"], "context_length_exceeded", "{what}: {e}");
+            }
+        }
+        // Only the allowed ones reached the upstream, as the canonical body
+        // (the large one without its padding).
+        let seen = mock.state.requests();
+        assert_eq!(seen.len(), 8, "io_threads {io_threads:?}");
+        for r in &seen {
+            assert_eq!(r.json(), chat(&words(10)));
+            assert!(r.body.len() < 1_000, "{} bytes forwarded", r.body.len());
+        }
+        let health = http
+            .get(format!("http://{admin}/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+    }
+}
