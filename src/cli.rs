@@ -104,8 +104,8 @@ pub struct ServeArgs {
     pub upstream_connect_timeout_ms: Option<u64>,
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
     pub upstream_response_timeout_secs: Option<u64>,
-    /// Threads that serve connections (default 1: one event loop; counting
-    /// has its own threads).
+    /// Event loops serving the proxy port, one thread each (default: the
+    /// number of cores; counting has its own threads).
     #[arg(long, env = "PREFILL_GUARD_IO_THREADS")]
     pub io_threads: Option<usize>,
     /// Counting threads (default: the number of cores).
@@ -353,6 +353,16 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     let proxy = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
+    // One signal stops every listener and event loop; they drain together.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (proxy, loops) = match config.io_threads {
+        0 | 1 => (proxy, None),
+        n => {
+            let socket = proxy.into_std()?;
+            let loops = crate::server::ProxyLoops::start(&socket, n - 1, runtime.apps(), &stopped)?;
+            (TcpListener::from_std(socket)?, Some(loops))
+        }
+    };
     let admin = TcpListener::bind(config.admin_listen)
         .await
         .map_err(|e| anyhow::anyhow!("admin-listen {}: {e}", config.admin_listen))?;
@@ -385,8 +395,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
         count_workers = config.count_workers,
         "prefill-guard serving"
     );
-    // One signal stops every listener; the gRPC one drains alongside the proxy.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // The gRPC listener drains alongside the proxy.
     let grpc = grpc.map(|listener| {
         let mut stopped = stopped.clone();
         let until = async move {
@@ -404,6 +413,9 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
         authz,
     };
     let served = crate::server::run_listeners(listeners, runtime.apps(), signal).await;
+    if let Some(loops) = loops {
+        loops.join().await;
+    }
     if let Some(grpc) = grpc {
         // Streams still open after the grace are dropped with the process.
         if let Ok(Ok(Err(e))) = tokio::time::timeout(config.shutdown_grace, grpc).await {

@@ -24,10 +24,11 @@ pub struct Config {
     /// Time from forwarding a request to the upstream's response headers.
     /// Streaming bodies are not limited by it.
     pub upstream_response_timeout: Duration,
-    /// Threads that serve connections (fixed at start). With 1, every
-    /// connection runs on one event loop: no cross-thread wake-ups on the
-    /// request path, which measured cheaper than a work-stealing runtime on
-    /// small machines (BENCHMARKS.md). Counting has its own threads either way.
+    /// Event loops serving the proxy port, one thread each (fixed at start;
+    /// `server::ProxyLoops`). Each serves the connections it accepted to the
+    /// end, with its own upstream pool, so no request wakes another thread;
+    /// a work-stealing runtime spent 30-40% more CPU per small request in
+    /// wake-ups (BENCHMARKS.md). Counting has its own threads.
     pub io_threads: usize,
     /// Threads that tokenize (off the async runtime).
     pub count_workers: usize,
@@ -128,7 +129,7 @@ pub struct RawConfig {
     pub max_body_bytes: Option<usize>,
     pub upstream_connect_timeout_ms: Option<u64>,
     pub upstream_response_timeout_secs: Option<u64>,
-    /// Threads that serve connections (default 1).
+    /// Event loops serving the proxy port (default: the number of cores).
     pub io_threads: Option<usize>,
     pub count_workers: Option<usize>,
     pub count_queue: Option<usize>,
@@ -448,7 +449,7 @@ impl Config {
         if count_workers == 0 {
             return Err(ConfigError("count_workers must be at least 1".into()));
         }
-        let io_threads = raw.io_threads.unwrap_or(1);
+        let io_threads = raw.io_threads.unwrap_or(cores);
         if io_threads == 0 {
             return Err(ConfigError("io_threads must be at least 1".into()));
         }

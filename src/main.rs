@@ -13,12 +13,12 @@ const EX_USAGE: u8 = 64;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        // `serve` sizes its runtime from its configuration (`io_threads`),
-        // so the configuration is read before any runtime exists.
+        // `serve` runs on one event loop and starts more for the proxy port
+        // itself (`io_threads`, `server::ProxyLoops`).
         Command::Serve(args) => match args.load_config() {
             Ok(config) => {
                 let source = args.config_source();
-                on_runtime(config.io_threads, async move {
+                on_runtime(1, async move {
                     exit(cli::serve(config, source).await.map(|()| true))
                 })
             }

@@ -1,7 +1,7 @@
-//! The real binary on both runtimes `io_threads` chooses (one event loop, the
-//! default, or a work-stealing runtime) decides the same on both paths a body
-//! can take: up to 32 KiB it is parsed and bounded on the connection's
-//! thread, above that it is parsed and counted whole on the counting pool.
+//! The real binary with one event loop or several (`io_threads`) decides the
+//! same on both paths a body can take: up to 32 KiB it is parsed and bounded
+//! on the connection's loop, above that it is parsed and counted whole on
+//! the counting pool.
 
 mod common;
 
@@ -57,8 +57,8 @@ fn cases() -> Vec<Case> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_runtimes_decide_the_same_on_both_paths() {
-    for io_threads in [None, Some(2)] {
+async fn one_or_several_loops_decide_the_same_on_both_paths() {
+    for io_threads in [1, 3] {
         let mock = start_mock().await;
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("model");
@@ -74,18 +74,25 @@ async fn both_runtimes_decide_the_same_on_both_paths() {
             ),
         )
         .unwrap();
-        let flag = io_threads.map(|n: usize| n.to_string());
-        let args: Vec<&str> = match &flag {
-            Some(n) => vec!["--io-threads", n],
-            None => vec![],
-        };
-        let spawned = common::spawn_binary_with_args(&config, &args).await;
+        let flag = io_threads.to_string();
+        let spawned = common::spawn_binary_with_args(&config, &["--io-threads", &flag]).await;
         assert_eq!(
-            spawned.serving["io_threads"],
-            io_threads.unwrap_or(1),
+            spawned.serving["io_threads"], io_threads,
             "{}",
             spawned.serving
         );
+        // The extra loops are threads of their own (`ProxyLoops`; a thread
+        // takes its name once it runs).
+        let tasks = format!("/proc/{}/task", spawned.pid);
+        common::sglang::eventually("one thread per extra event loop", || {
+            let loops = std::fs::read_dir(&tasks)
+                .unwrap()
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with("proxy-loop"))
+                .count();
+            std::future::ready(loops == io_threads - 1)
+        })
+        .await;
         let proxy = spawned.serving["listen"].as_str().unwrap().to_string();
         let admin = spawned.serving["admin_listen"]
             .as_str()
@@ -93,7 +100,8 @@ async fn both_runtimes_decide_the_same_on_both_paths() {
             .to_string();
         let http = reqwest::Client::new();
 
-        // Every case four times, all at once, so both paths run concurrently.
+        // Every case four times, all at once on as many connections, so both
+        // paths and every loop run concurrently.
         let cases = cases();
         let sends = cases.iter().cycle().take(4 * cases.len()).map(|case| {
             let req = http
@@ -107,7 +115,7 @@ async fn both_runtimes_decide_the_same_on_both_paths() {
             }
         });
         for (case, status, body) in futures_util::future::join_all(sends).await {
-            let what = format!("{} with io_threads {io_threads:?}", case.name);
+            let what = format!("{} with io_threads {io_threads}", case.name);
             if case.forwarded {
                 assert_eq!(status, 200, "{what}: {}", String::from_utf8_lossy(&body));
             } else {
@@ -119,7 +127,7 @@ async fn both_runtimes_decide_the_same_on_both_paths() {
         // Only the allowed ones reached the upstream, as the canonical body
         // (the large one without its padding).
         let seen = mock.state.requests();
-        assert_eq!(seen.len(), 8, "io_threads {io_threads:?}");
+        assert_eq!(seen.len(), 8, "io_threads {io_threads}");
         for r in &seen {
             assert_eq!(r.json(), chat(&words(10)));
             assert!(r.body.len() < 1_000, "{} bytes forwarded", r.body.len());

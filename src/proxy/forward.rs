@@ -22,8 +22,23 @@ use crate::errors::Reason;
 /// server is closing.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
+thread_local! {
+    /// The event loop this thread runs (`server::ProxyLoops`): 0 for the
+    /// main one and for any other thread.
+    static EVENT_LOOP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the calling thread as event loop `n`, whose requests use the
+/// upstream pool `n`.
+pub fn set_event_loop(n: usize) {
+    EVENT_LOOP.with(|l| l.set(n));
+}
+
 pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// One pool per event loop: a pooled connection is served by a task on
+    /// the loop that opened it, so sharing pools across loops would wake
+    /// another thread for every request.
+    clients: Vec<Client<HttpConnector, Full<Bytes>>>,
     scheme: Scheme,
     authority: Authority,
     host_header: HeaderValue,
@@ -38,6 +53,7 @@ impl Upstream {
         base: &Uri,
         connect_timeout: Duration,
         response_timeout: Duration,
+        event_loops: usize,
     ) -> Result<Self, String> {
         let authority = base
             .authority()
@@ -47,12 +63,14 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
+        let client = || {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                .pool_timer(TokioTimer::new())
+                .build(connector.clone())
+        };
         Ok(Self {
-            client,
+            clients: (0..event_loops.max(1)).map(|_| client()).collect(),
             scheme: base.scheme().cloned().unwrap_or(Scheme::HTTP),
             authority,
             host_header,
@@ -88,7 +106,9 @@ impl Upstream {
     /// request and closes its connection, which is how a client that goes away
     /// cancels the work upstream.
     pub async fn send(&self, req: Request<Full<Bytes>>) -> Result<Response<Incoming>, Reason> {
-        match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
+        let n = EVENT_LOOP.with(std::cell::Cell::get);
+        let client = &self.clients[n.min(self.clients.len() - 1)];
+        match tokio::time::timeout(self.response_timeout, client.request(req)).await {
             Err(_) => Err(Reason::UpstreamTimeout),
             Ok(Err(e)) => {
                 // The detail (addresses, OS error) is for operators, not clients.
@@ -145,6 +165,7 @@ mod tests {
             &base.parse().unwrap(),
             Duration::from_secs(1),
             Duration::from_secs(1),
+            1,
         )
         .unwrap()
     }

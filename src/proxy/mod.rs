@@ -4,5 +4,5 @@
 pub mod forward;
 pub mod headers;
 
-pub use forward::Upstream;
+pub use forward::{set_event_loop, Upstream};
 pub use headers::Client;

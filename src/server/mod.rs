@@ -85,6 +85,7 @@ impl App {
             &config.upstream,
             config.upstream_connect_timeout,
             config.upstream_response_timeout,
+            config.io_threads,
         )
         .map_err(ConfigError)?;
         Ok(Self {
@@ -191,6 +192,93 @@ pub async fn run_listeners(
     }
     // Dropping the sets aborts whatever did not finish in time.
     Ok(())
+}
+
+/// More event loops on the proxy port, one thread each, beside the one
+/// [`run_listeners`] runs (`io_threads`). Each accepts from the same socket
+/// and serves what it accepted to the end, on a current-thread runtime: no
+/// request wakes another thread, as in Envoy's or nginx's workers.
+pub struct ProxyLoops {
+    drained: Vec<tokio::sync::oneshot::Receiver<()>>,
+    release: tokio::sync::watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl ProxyLoops {
+    /// Starts `count` loops accepting from `listener` (the proxy socket,
+    /// non-blocking) until `stop` turns true or its sender is dropped; then
+    /// they drain like [`run_listeners`].
+    pub fn start(
+        listener: &std::net::TcpListener,
+        count: usize,
+        apps: Arc<Apps>,
+        stop: &tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<Self> {
+        let (release, released) = tokio::sync::watch::channel(false);
+        let mut loops = Self {
+            drained: Vec::with_capacity(count),
+            release,
+            threads: Vec::with_capacity(count),
+        };
+        for n in 1..=count {
+            let listener = listener.try_clone()?;
+            let (apps, stopped, released) = (apps.clone(), stop.clone(), released.clone());
+            let (done, drained) = tokio::sync::oneshot::channel();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let thread = std::thread::Builder::new()
+                .name(format!("proxy-loop-{n}"))
+                .spawn(move || {
+                    crate::proxy::set_event_loop(n);
+                    runtime.block_on(proxy_loop(listener, apps, stopped, done, released));
+                })?;
+            loops.drained.push(drained);
+            loops.threads.push(thread);
+        }
+        Ok(loops)
+    }
+
+    /// Waits until every loop has drained (each under `shutdown_grace`
+    /// from the stop signal). Only then do the loops end: until every
+    /// connection is done, any of them may be using an upstream connection
+    /// pooled by another loop, whose runtime must still be running.
+    pub async fn join(self) {
+        for drained in self.drained {
+            let _ = drained.await;
+        }
+        let _ = self.release.send(true);
+        for thread in self.threads {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+async fn proxy_loop(
+    listener: std::net::TcpListener,
+    apps: Arc<Apps>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+    drained: tokio::sync::oneshot::Sender<()>,
+    mut released: tokio::sync::watch::Receiver<bool>,
+) {
+    match TcpListener::from_std(listener) {
+        Ok(listener) => {
+            let graceful = GracefulShutdown::new();
+            let builder = connection_builder();
+            let mut conns = JoinSet::new();
+            let serving = apps.clone();
+            tokio::select! {
+                () = accept(&listener, &builder, &graceful, &mut conns, move |peer, framing| proxy_service(serving.clone(), peer, framing)) => {}
+                _ = stopped.wait_for(|s| *s) => {}
+            }
+            drop(listener);
+            let grace = apps.load().shutdown_grace;
+            let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+        }
+        Err(e) => tracing::error!(error = %e, "a proxy event loop could not register the listener"),
+    }
+    let _ = drained.send(());
+    let _ = released.wait_for(|r| *r).await;
 }
 
 fn connection_builder() -> auto::Builder<TokioExecutor> {
