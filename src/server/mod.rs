@@ -180,16 +180,7 @@ pub async fn run_listeners(
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
     drop((proxy, admin, authz));
-    let grace = apps.load().shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?grace,
-            "shutdown grace expired; dropping connections still open"
-        );
-    }
+    drain(graceful, apps.load().shutdown_grace).await;
     // Dropping the sets aborts whatever did not finish in time.
     Ok(())
 }
@@ -272,13 +263,26 @@ async fn proxy_loop(
                 _ = stopped.wait_for(|s| *s) => {}
             }
             drop(listener);
-            let grace = apps.load().shutdown_grace;
-            let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+            drain(graceful, apps.load().shutdown_grace).await;
         }
         Err(e) => tracing::error!(error = %e, "a proxy event loop could not register the listener"),
     }
     let _ = drained.send(());
     let _ = released.wait_for(|r| *r).await;
+}
+
+/// Waits for the watched connections to finish, at most `grace`; the caller
+/// then drops (aborts) whatever is left.
+async fn drain(graceful: GracefulShutdown, grace: Duration) {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "shutdown grace expired; dropping connections still open"
+        );
+    }
 }
 
 fn connection_builder() -> auto::Builder<TokioExecutor> {
