@@ -410,20 +410,11 @@ async fn health_serves_every_service_name_and_readiness_follows_the_limits() {
 async fn the_binary_serves_grpc_on_grpc_listen() {
     let mock = common::start_mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    prefill_guard::demo::write_demo_model(&model).unwrap();
-    let config = dir.path().join("prefill-guard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "upstream = \"http://{}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             log_format = \"json\"\ncount_workers = 2\nname = \"{MODEL}\"\ntokenizer = {:?}\n\
-             max_req_input_len = {LIMIT}\n",
-            mock.addr,
-            model.display().to_string()
-        ),
-    )
-    .unwrap();
+    let config = common::binary_config(
+        dir.path(),
+        mock.addr,
+        &format!("count_workers = 2\nmax_req_input_len = {LIMIT}\n"),
+    );
     let spawned = common::spawn_binary_with_args(&config, &["--grpc-listen", "127.0.0.1:0"]).await;
     let addr: SocketAddr = spawned.serving["grpc_listen"]
         .as_str()

@@ -61,19 +61,11 @@ async fn one_or_several_loops_decide_the_same_on_both_paths() {
     for io_threads in [1, 3] {
         let mock = start_mock().await;
         let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("model");
-        prefill_guard::demo::write_demo_model(&model).unwrap();
-        let config = dir.path().join("prefill-guard.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "upstream = \"http://{}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-                 log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\nmax_req_input_len = {LIMIT}\n",
-                mock.addr,
-                model.display().to_string()
-            ),
-        )
-        .unwrap();
+        let config = common::binary_config(
+            dir.path(),
+            mock.addr,
+            &format!("max_req_input_len = {LIMIT}\n"),
+        );
         let flag = io_threads.to_string();
         let spawned = common::spawn_binary_with_args(&config, &["--io-threads", &flag]).await;
         assert_eq!(

@@ -127,19 +127,11 @@ struct Running {
 
 async fn spawn_guard(upstream: SocketAddr, grace_secs: u64) -> Running {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    prefill_guard::demo::write_demo_model(&model).unwrap();
-    let config = dir.path().join("prefill-guard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             log_format = \"json\"\ncount_workers = 2\nshutdown_grace_secs = {grace_secs}\n\
-             name = \"{MODEL}\"\ntokenizer = {:?}\nmax_req_input_len = 64\n",
-            model.display().to_string()
-        ),
-    )
-    .unwrap();
+    let config = common::binary_config(
+        dir.path(),
+        upstream,
+        &format!("count_workers = 2\nshutdown_grace_secs = {grace_secs}\nmax_req_input_len = 64\n"),
+    );
     let common::Spawned {
         child,
         pid,

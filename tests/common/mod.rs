@@ -560,6 +560,30 @@ pub struct Spawned {
     pub serving: serde_json::Value,
 }
 
+/// Writes a configuration for the binary into `dir`: the demo model,
+/// `upstream` (`host:port`), ephemeral ports and JSON logs, then the TOML
+/// lines of `extra`. Returns its path.
+#[allow(dead_code)]
+pub fn binary_config(
+    dir: &std::path::Path,
+    upstream: impl std::fmt::Display,
+    extra: &str,
+) -> std::path::PathBuf {
+    let model = dir.join("model");
+    prefill_guard::demo::write_demo_model(&model).unwrap();
+    let config = dir.join("prefill-guard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\n{extra}",
+            model.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 #[allow(dead_code)]
 pub async fn spawn_binary(config: &std::path::Path) -> Spawned {
     spawn_binary_with_args(config, &[]).await
