@@ -8,7 +8,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -31,22 +30,15 @@ struct Guard {
 /// The binary with an authorization listener; `extra` is appended to its TOML.
 async fn spawn(extra: &str) -> Guard {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model");
-    prefill_guard::demo::write_demo_model(&model).unwrap();
-    let config: PathBuf = dir.path().join("prefill-guard.toml");
     // The upstream is never contacted by a check; the port is closed anyway.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let upstream = closed.local_addr().unwrap();
     drop(closed);
-    std::fs::write(
-        &config,
-        format!(
-            "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             authz_listen = \"127.0.0.1:0\"\nlog_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\n{extra}",
-            model.display().to_string()
-        ),
-    )
-    .unwrap();
+    let config = common::binary_config(
+        dir.path(),
+        upstream,
+        &format!("authz_listen = \"127.0.0.1:0\"\n{extra}"),
+    );
     let spawned = common::spawn_binary(&config).await;
     let addr = |key: &str| -> SocketAddr {
         spawned.serving[key]
