@@ -1,13 +1,14 @@
 //! The real binary with one event loop or several (`io_threads`) decides the
-//! same on both paths a body can take: up to 32 KiB it is parsed and bounded
-//! on the connection's loop, above that it is parsed and counted whole on
-//! the counting pool.
+//! same on both paths a body can take: up to `INLINE_MAX_BYTES` it is parsed
+//! and bounded on the connection's loop, above that it is parsed and counted
+//! whole on the counting pool.
 
 mod common;
 
 use serde_json::{json, Value};
 
 use common::{start_mock, words, MODEL};
+use prefill_guard::guard::INLINE_MAX_BYTES;
 
 const LIMIT: usize = 5_000;
 
@@ -27,11 +28,15 @@ fn cases() -> Vec<Case> {
     let small_ok = serde_json::to_vec(&chat(&words(10))).unwrap();
     // About 5,000 tokens (one a word) in ~30 KB: small, and over the limit.
     let small_over = serde_json::to_vec(&chat(&words(LIMIT))).unwrap();
-    // A short prompt in a 40 KB body (JSON whitespace): large, and under it.
-    let mut large_ok = serde_json::to_vec(&chat(&words(10))).unwrap();
-    large_ok.extend(std::iter::repeat_n(b' ', 40_000));
-    let large_over = serde_json::to_vec(&chat(&words(3 * LIMIT))).unwrap();
-    assert!(small_over.len() <= 32 * 1024 && large_ok.len() > 32 * 1024);
+    // Padded past the line with JSON whitespace, which SGLang ignores too.
+    let large = |text: &str| {
+        let mut body = serde_json::to_vec(&chat(text)).unwrap();
+        body.resize(body.len().max(INLINE_MAX_BYTES + 1_000), b' ');
+        body
+    };
+    let large_ok = large(&words(10));
+    let large_over = large(&words(3 * LIMIT));
+    assert!(small_over.len() <= INLINE_MAX_BYTES);
     vec![
         Case {
             name: "small, under",
