@@ -350,19 +350,21 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     #[cfg(unix)]
     let sighup = runtime.listen_for_sighup()?;
     let terminate = shutdown_signal();
+    // Bound by tokio (SO_REUSEADDR, so a restart can rebind at once), then
+    // handed to the loops as a non-blocking std socket.
     let proxy = TcpListener::bind(config.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?;
+        .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?
+        .into_std()?;
+    let listen = proxy.local_addr()?;
     // One signal stops every listener and event loop; they drain together.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let (proxy, loops) = match config.io_threads {
-        0 | 1 => (proxy, None),
-        n => {
-            let socket = proxy.into_std()?;
-            let loops = crate::server::ProxyLoops::start(&socket, n - 1, runtime.apps(), &stopped)?;
-            (TcpListener::from_std(socket)?, Some(loops))
-        }
-    };
+    // The proxy port gets threads of its own; this one keeps the admin port,
+    // authorization, reloads and signals, so a flood of bodies on the proxy
+    // port never delays a liveness probe behind them.
+    let loops =
+        crate::server::ProxyLoops::start(&proxy, config.io_threads, runtime.apps(), &stopped)?;
+    drop(proxy);
     let admin = TcpListener::bind(config.admin_listen)
         .await
         .map_err(|e| anyhow::anyhow!("admin-listen {}: {e}", config.admin_listen))?;
@@ -385,7 +387,7 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     };
     let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
     tracing::info!(
-        listen = %proxy.local_addr()?,
+        listen = %listen,
         admin_listen = %admin.local_addr()?,
         grpc_listen = grpc_addr.map(tracing::field::display),
         authz_listen = authz_addr.map(tracing::field::display),
@@ -408,14 +410,12 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
         let _ = stop.send(true);
     };
     let listeners = crate::server::Listeners {
-        proxy,
+        proxy: None,
         admin,
         authz,
     };
     let served = crate::server::run_listeners(listeners, runtime.apps(), signal).await;
-    if let Some(loops) = loops {
-        loops.join().await;
-    }
+    loops.join().await;
     if let Some(grpc) = grpc {
         // Streams still open after the grace are dropped with the process.
         if let Ok(Ok(Err(e))) = tokio::time::timeout(config.shutdown_grace, grpc).await {

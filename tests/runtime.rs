@@ -78,16 +78,17 @@ async fn one_or_several_loops_decide_the_same_on_both_paths() {
             "{}",
             spawned.serving
         );
-        // The extra loops are threads of their own (`ProxyLoops`; a thread
-        // takes its name once it runs).
+        // The proxy port's loops are threads of their own, apart from the
+        // one serving the admin port (`ProxyLoops`; a thread takes its name
+        // once it runs).
         let tasks = format!("/proc/{}/task", spawned.pid);
-        common::sglang::eventually("one thread per extra event loop", || {
+        common::sglang::eventually("one thread per proxy event loop", || {
             let loops = std::fs::read_dir(&tasks)
                 .unwrap()
                 .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
                 .filter(|name| name.starts_with("proxy-loop"))
                 .count();
-            std::future::ready(loops == io_threads - 1)
+            std::future::ready(loops == io_threads)
         })
         .await;
         let proxy = spawned.serving["listen"].as_str().unwrap().to_string();

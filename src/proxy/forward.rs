@@ -23,8 +23,8 @@ use crate::errors::Reason;
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
 thread_local! {
-    /// The event loop this thread runs (`server::ProxyLoops`): 0 for the
-    /// main one and for any other thread.
+    /// The event loop this thread runs (`server::ProxyLoops`, from 1): 0 for
+    /// any other thread.
     static EVENT_LOOP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 

@@ -85,7 +85,8 @@ impl App {
             &config.upstream,
             config.upstream_connect_timeout,
             config.upstream_response_timeout,
-            config.io_threads,
+            // Loops 1..=io_threads, and 0 for every other thread.
+            config.io_threads + 1,
         )
         .map_err(ConfigError)?;
         Ok(Self {
@@ -124,7 +125,7 @@ pub async fn run_swappable(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let listeners = Listeners {
-        proxy,
+        proxy: Some(proxy),
         admin,
         authz: None,
     };
@@ -133,7 +134,9 @@ pub async fn run_swappable(
 
 /// Every HTTP listener `serve` binds.
 pub struct Listeners {
-    pub proxy: TcpListener,
+    /// The proxy port, when this loop serves it (in-process tests); `serve`
+    /// leaves it to [`ProxyLoops`].
+    pub proxy: Option<TcpListener>,
     pub admin: TcpListener,
     /// The HTTP authorization service (`--authz-listen`), if configured.
     pub authz: Option<TcpListener>,
@@ -158,6 +161,21 @@ pub async fn run_listeners(
     let proxy_apps = apps.clone();
     let admin_apps = apps.clone();
     let authz_apps = apps.clone();
+    let proxy_accept = async {
+        match &proxy {
+            Some(l) => {
+                accept(
+                    l,
+                    &builder,
+                    &graceful,
+                    &mut proxy_conns,
+                    move |peer, framing| proxy_service(proxy_apps.clone(), peer, framing),
+                )
+                .await
+            }
+            None => std::future::pending().await,
+        }
+    };
     let authz_accept = async {
         match &authz {
             Some(l) => {
@@ -174,7 +192,7 @@ pub async fn run_listeners(
         }
     };
     tokio::select! {
-        () = accept(&proxy, &builder, &graceful, &mut proxy_conns, move |peer, framing| proxy_service(proxy_apps.clone(), peer, framing)) => {}
+        () = proxy_accept => {}
         () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_, _| admin_service(admin_apps.clone())) => {}
         () = authz_accept => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
@@ -185,10 +203,11 @@ pub async fn run_listeners(
     Ok(())
 }
 
-/// More event loops on the proxy port, one thread each, beside the one
-/// [`run_listeners`] runs (`io_threads`). Each accepts from the same socket
-/// and serves what it accepted to the end, on a current-thread runtime: no
-/// request wakes another thread, as in Envoy's or nginx's workers.
+/// The event loops of the proxy port (`io_threads`), one thread each, apart
+/// from the loop [`run_listeners`] runs for the admin and authorization
+/// ports. Each accepts from the same socket and serves what it accepted to
+/// the end, on a current-thread runtime: no request wakes another thread, as
+/// in Envoy's or nginx's workers.
 pub struct ProxyLoops {
     drained: Vec<tokio::sync::oneshot::Receiver<()>>,
     release: tokio::sync::watch::Sender<bool>,
