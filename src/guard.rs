@@ -434,11 +434,23 @@ impl CountPool {
             .map_err(|_| Reason::Overloaded)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            lowered_priority();
             work()
         })
         .await
         .map_err(|e| Reason::Internal(format!("counting thread failed: {e}")))
     }
+}
+
+/// Lowers the priority of the blocking thread running a count, once per
+/// thread (`count::fast::yield_to_io`).
+fn lowered_priority() {
+    thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    LOWERED.with(|lowered| {
+        if !lowered.replace(true) {
+            crate::count::fast::yield_to_io();
+        }
+    });
 }
 
 /// A place in the pool's admission count, given back on drop (also when the

@@ -136,5 +136,50 @@ async fn one_or_several_loops_decide_the_same_on_both_paths() {
             .await
             .unwrap();
         assert_eq!(health.status(), 200);
+
+        // Counting threads yield the CPU to the loops: nice 10 for the
+        // threads that counted (the large bodies went to the pool), 0 for
+        // the loops and the admin thread.
+        let nice: Vec<(String, i64)> = threads(&spawned.pid)
+            .into_iter()
+            .map(|(name, stat)| (name, stat_field(&stat, 19)))
+            .collect();
+        assert!(
+            nice.iter().any(|(_, n)| *n == 10),
+            "no counting thread at nice 10: {nice:?}"
+        );
+        for (name, n) in &nice {
+            if name.starts_with("proxy-loop") {
+                assert_eq!(*n, 0, "{name}: {nice:?}");
+            }
+            if name.starts_with("pg-count") {
+                assert_eq!(*n, 10, "{name}: {nice:?}");
+            }
+        }
+        assert_eq!(nice[0].1, 0, "the main thread (admin port): {nice:?}");
     }
+}
+
+/// Every thread of `pid`, main thread first: its name and `/proc` stat line.
+fn threads(pid: &str) -> Vec<(String, String)> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort();
+    tids.iter()
+        .filter_map(|tid| {
+            let dir = format!("/proc/{pid}/task/{tid}");
+            let name = std::fs::read_to_string(format!("{dir}/comm")).ok()?;
+            let stat = std::fs::read_to_string(format!("{dir}/stat")).ok()?;
+            Some((name.trim().to_string(), stat))
+        })
+        .collect()
+}
+
+/// Field `n` (from 1, as in proc(5)) of a stat line; the name, field 2, may
+/// hold spaces and parentheses, so fields are counted after its last `)`.
+fn stat_field(stat: &str, n: usize) -> i64 {
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    rest.split_whitespace().nth(n - 3).unwrap().parse().unwrap()
 }

@@ -358,10 +358,26 @@ fn pool() -> &'static rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("pg-count-{i}"))
+            .start_handler(|_| yield_to_io())
             .build()
             .expect("the counting pool starts")
     })
 }
+
+/// Makes the calling thread, which counts, yield the CPU to the event loops
+/// when both want it: nice +10 gives it about a tenth of the share of a
+/// thread at nice 0 when they compete, and all of it otherwise. Counting is
+/// bulk work; the loops answer everyday requests, sheds and `/healthz`,
+/// which otherwise wait behind prompts being counted on every core.
+/// Linux applies `setpriority` to one thread (its thread id); lowering a
+/// priority needs no privilege. Best effort: a refusal changes nothing.
+pub fn yield_to_io() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), COUNTING_NICE);
+}
+
+#[cfg(target_os = "linux")]
+const COUNTING_NICE: i32 = 10;
 
 /// Threads in the intra-request counting pool.
 pub fn pool_threads() -> usize {
