@@ -342,7 +342,8 @@ fn count_file(
 /// until SIGTERM or Ctrl-C and drain in-flight requests. SIGHUP reloads the
 /// configuration from `source` (see [`crate::reload`]).
 pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
-    crate::logging::init(config.log_format)?;
+    // Held to the end of `serve`: dropping it writes the queued log lines.
+    let _log = crate::logging::init(config.log_format)?;
     let runtime = Runtime::start(config.clone(), source).await?;
     // Installed before the listeners announce themselves, so a SIGHUP or
     // SIGTERM that follows the "serving" line reloads or drains instead of

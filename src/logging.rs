@@ -3,9 +3,18 @@
 //! Prompts are the tenants' data and the reason this guard exists; nothing
 //! here, at any level, is given a body or a prompt. The decision line carries
 //! only counts, limits, names and identifiers.
+//!
+//! Lines leave through [`Sink`]: the request's thread formats its line and
+//! hands it to a bounded queue; one `pg-log` thread writes. A slow or stuck
+//! reader of stderr (a container runtime behind on its log pipe) then costs
+//! dropped lines, counted in `prefill_guard_log_lines_dropped_total`, instead
+//! of stalling the event loops that forward every tenant's requests; and the
+//! write syscall is off the request's path.
 
-use std::io::IsTerminal;
-use std::time::Duration;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
 
 use tracing::Subscriber;
 use tracing_subscriber::fmt::MakeWriter;
@@ -16,12 +25,161 @@ pub use crate::config::LogFormat;
 /// The filter when `RUST_LOG` is not set.
 pub const DEFAULT_FILTER: &str = "info";
 
+/// Lines the queue holds before it drops: at a decision line of ~400 bytes,
+/// about 6.5 MB, several seconds of the busiest traffic the guard sustains.
+pub const QUEUE_LINES: usize = 16_384;
+
+/// How long [`LogFlush`] waits at exit for queued lines to be written.
+const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
+
+/// Lines dropped because the queue was full, process-wide (one stderr).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Lines [`Sink`] has dropped since the process started.
+pub fn dropped_lines() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
 /// Installs the process-wide subscriber, writing to stderr (stdout stays free
-/// for the CLI's own output). `RUST_LOG` overrides the default filter.
-pub fn init(format: LogFormat) -> Result<(), tracing::subscriber::SetGlobalDefaultError> {
+/// for the CLI's own output) through a [`Sink`]. `RUST_LOG` overrides the
+/// default filter. Keep the returned [`LogFlush`] until exit: dropping it
+/// writes what is still queued.
+pub fn init(format: LogFormat) -> Result<LogFlush, tracing::subscriber::SetGlobalDefaultError> {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| DEFAULT_FILTER.to_string());
     let ansi = std::io::stderr().is_terminal();
-    tracing::subscriber::set_global_default(build(format, &filter, std::io::stderr, ansi))
+    let (sink, flush) = Sink::spawn(std::io::stderr(), QUEUE_LINES);
+    tracing::subscriber::set_global_default(build(format, &filter, sink, ansi))?;
+    Ok(flush)
+}
+
+enum Message {
+    Line(Vec<u8>),
+    /// Everything sent before it has been written: acknowledge.
+    Flush(SyncSender<()>),
+}
+
+/// A [`MakeWriter`] that queues each event's bytes for the `pg-log` thread.
+#[derive(Clone)]
+pub struct Sink {
+    queue: SyncSender<Message>,
+}
+
+impl Sink {
+    /// Starts the writer thread over `out`, with room for `lines` queued lines.
+    pub fn spawn<W: Write + Send + 'static>(out: W, lines: usize) -> (Sink, LogFlush) {
+        let (queue, rx) = mpsc::sync_channel(lines);
+        let spawned = std::thread::Builder::new()
+            .name("pg-log".into())
+            .spawn(move || write_lines(rx, out));
+        if let Err(e) = spawned {
+            // Without the thread nothing would drain the queue; every line
+            // would count as dropped. Say so once, where an operator looks.
+            eprintln!("prefill-guard: cannot start the log writer thread: {e}");
+        }
+        (
+            Sink {
+                queue: queue.clone(),
+            },
+            LogFlush { queue },
+        )
+    }
+}
+
+fn write_lines<W: Write>(rx: Receiver<Message>, out: W) {
+    // Buffered, flushed whenever the queue runs dry: a burst of lines costs
+    // one write, a lone line is still written at once.
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(m) = next.take() {
+            match m {
+                Message::Line(bytes) => {
+                    let _ = out.write_all(&bytes);
+                }
+                Message::Flush(ack) => {
+                    let _ = out.flush();
+                    let _ = ack.send(());
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        let _ = out.flush();
+    }
+}
+
+/// One event's line, sent whole when tracing drops the writer.
+pub struct SinkLine<'a> {
+    sink: &'a Sink,
+    buf: Vec<u8>,
+}
+
+impl Write for SinkLine<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for SinkLine<'_> {
+    fn drop(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let line = Message::Line(std::mem::take(&mut self.buf));
+        match self.sink.queue.try_send(line) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl<'a> MakeWriter<'a> for Sink {
+    type Writer = SinkLine<'a>;
+    fn make_writer(&'a self) -> SinkLine<'a> {
+        SinkLine {
+            sink: self,
+            buf: Vec::with_capacity(512),
+        }
+    }
+}
+
+/// Writes what is queued when dropped, waiting at most [`FLUSH_AT_EXIT`]: a
+/// stuck stderr must not keep the process from exiting.
+pub struct LogFlush {
+    queue: SyncSender<Message>,
+}
+
+impl LogFlush {
+    /// Waits until every line queued before this call is written, or `within`.
+    /// False when the time ran out (or the writer is gone).
+    pub fn flush(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let (ack, done) = mpsc::sync_channel(1);
+        let mut msg = Message::Flush(ack);
+        loop {
+            match self.queue.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return false,
+            }
+        }
+        done.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
+    }
+}
+
+impl Drop for LogFlush {
+    fn drop(&mut self) {
+        self.flush(FLUSH_AT_EXIT);
+    }
 }
 
 /// The subscriber [`init`] installs, writing to `writer`; tests use it with
@@ -117,7 +275,6 @@ pub fn decision(line: &DecisionLine<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -167,5 +324,98 @@ mod tests {
         assert_eq!(line["status"], 400);
         assert!(line.get("upstream_status").is_none());
         assert_eq!(line["target"], "prefill_guard::decision");
+    }
+
+    /// Blocks every write until `release` is sent to: a log reader that stopped.
+    struct Stuck {
+        release: Receiver<()>,
+        out: Buf,
+    }
+
+    impl Write for Stuck {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let _ = self.release.recv();
+            self.out.write(b)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn sink_writes_every_line_in_order_by_the_flush() {
+        let buf = Buf::default();
+        let (sink, flush) = Sink::spawn(buf.clone(), 64);
+        let sub = subscriber(LogFormat::Json, "info", sink);
+        tracing::subscriber::with_default(sub, || {
+            for i in 0..50 {
+                tracing::info!(n = i, "line");
+            }
+        });
+        assert!(
+            flush.flush(Duration::from_secs(10)),
+            "the writer acknowledges the flush"
+        );
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let ns: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(ns, (0..50).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_stuck_reader_costs_dropped_lines_not_a_stalled_request() {
+        let buf = Buf::default();
+        let (release, stuck) = mpsc::channel();
+        let (sink, flush) = Sink::spawn(
+            Stuck {
+                release: stuck,
+                out: buf.clone(),
+            },
+            4,
+        );
+        let before = dropped_lines();
+        // In a thread, so that a sink that blocks fails this test instead of hanging it.
+        let (done, finished) = mpsc::channel();
+        let logger = sink.clone();
+        std::thread::spawn(move || {
+            let sub = subscriber(LogFormat::Human, "info", logger);
+            tracing::subscriber::with_default(sub, || {
+                for i in 0..100 {
+                    tracing::info!(n = i, "line");
+                }
+            });
+            done.send(()).unwrap();
+        });
+        finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("logging returned while stderr was stuck");
+        let dropped = dropped_lines() - before;
+        assert!(dropped > 0, "a full queue drops");
+        assert!(
+            !flush.flush(Duration::from_millis(50)),
+            "a stuck writer cannot confirm"
+        );
+        // The reader comes back: every line not dropped is written, in order.
+        for _ in 0..1000 {
+            let _ = release.send(());
+        }
+        assert!(flush.flush(Duration::from_secs(10)));
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let ns: Vec<u64> = text
+            .lines()
+            .map(|l| l.rsplit("n=").next().unwrap().parse().unwrap())
+            .collect();
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "{ns:?}");
+        assert_eq!(
+            ns.len() as u64 + dropped,
+            100,
+            "each line is written or counted as dropped"
+        );
     }
 }

@@ -248,6 +248,18 @@ impl Metrics {
         );
         header(
             &mut out,
+            "prefill_guard_log_lines_dropped_total",
+            "Log lines dropped because stderr was not read fast enough (the queue was full); \
+             requests are never held for the log.",
+            "counter",
+        );
+        let _ = writeln!(
+            out,
+            "prefill_guard_log_lines_dropped_total {}",
+            crate::logging::dropped_lines()
+        );
+        header(
+            &mut out,
             "prefill_guard_build_info",
             "Always 1; the labels describe the running build.",
             "gauge",

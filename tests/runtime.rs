@@ -1,7 +1,8 @@
 //! The real binary with one event loop or several (`io_threads`) decides the
 //! same on both paths a body can take: up to `INLINE_MAX_BYTES` it is parsed
 //! and bounded on the connection's loop, above that it is parsed and counted
-//! whole on the counting pool.
+//! whole on the counting pool. And it keeps serving when nobody reads its
+//! log.
 
 mod common;
 
@@ -182,4 +183,119 @@ fn threads(pid: &str) -> Vec<(String, String)> {
 fn stat_field(stat: &str, n: usize) -> i64 {
     let rest = &stat[stat.rfind(')').unwrap() + 1..];
     rest.split_whitespace().nth(n - 3).unwrap().parse().unwrap()
+}
+
+/// A log collector that stops reading (the container runtime's log pipe is
+/// full) must not stop the proxy: a request never waits for its log line.
+/// The pipe holds 64 KiB, about 150 decision lines; 3,000 requests go on
+/// while nothing reads, then every one of their lines arrives once the reader
+/// is back (the queue holds them; none dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_reader_does_not_stall_requests() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    const REQUESTS: usize = 3_000;
+    let mock = start_mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::binary_config(
+        dir.path(),
+        mock.addr,
+        &format!("max_req_input_len = {LIMIT}\n"),
+    );
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving: Value = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let line = stderr.next_line().await.unwrap().expect("the guard starts");
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if v["message"] == "prefill-guard serving" {
+                    return v;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the guard starts serving");
+    let proxy = serving["listen"].as_str().unwrap().to_string();
+    let admin = serving["admin_listen"].as_str().unwrap().to_string();
+
+    // Nothing reads stderr from here on.
+    let http = reqwest::Client::new();
+    let body = serde_json::to_vec(&chat(&words(10))).unwrap();
+    let sent = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut statuses = Vec::with_capacity(REQUESTS);
+        for batch in 0..REQUESTS / 16 {
+            let sends = (0..16).map(|_| {
+                http.post(format!("http://{proxy}/v1/chat/completions"))
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+            });
+            for r in futures_util::future::join_all(sends).await {
+                statuses.push(
+                    r.unwrap_or_else(|e| panic!("batch {batch}: {e}"))
+                        .status()
+                        .as_u16(),
+                );
+            }
+        }
+        statuses
+    })
+    .await
+    .expect("requests kept being answered while stderr was not read");
+    assert!(
+        sent.iter().all(|s| *s == 200),
+        "{:?}",
+        sent.iter().filter(|s| **s != 200).count()
+    );
+    assert_eq!(mock.state.requests().len(), sent.len());
+    let metrics = http
+        .get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "prefill_guard_log_lines_dropped_total 0"),
+        "the queue held every line: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("dropped"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // The reader is back: every request's decision line arrives.
+    let decisions = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let mut n = 0;
+        while n < sent.len() {
+            let line = stderr
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the guard still runs");
+            if line.contains("\"message\":\"decision\"") {
+                n += 1;
+            }
+        }
+        n
+    })
+    .await
+    .expect("the queued decision lines are written once stderr is read again");
+    assert_eq!(decisions, sent.len());
 }
