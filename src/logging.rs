@@ -13,7 +13,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, Instant};
 
 use tracing::Subscriber;
@@ -26,8 +26,12 @@ pub use crate::config::LogFormat;
 pub const DEFAULT_FILTER: &str = "info";
 
 /// Lines the queue holds before it drops: at a decision line of ~400 bytes,
-/// about 6.5 MB, several seconds of the busiest traffic the guard sustains.
+/// about 6.5 MB; several seconds of the busiest traffic the guard sustains
+/// if stderr stalls, far more than one [`WRITE_INTERVAL`] of it otherwise.
 pub const QUEUE_LINES: usize = 16_384;
+
+/// How often the writer thread looks for queued lines: the most a line waits.
+const WRITE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// How long [`LogFlush`] waits at exit for queued lines to be written.
 const FLUSH_AT_EXIT: Duration = Duration::from_secs(2);
@@ -86,22 +90,28 @@ impl Sink {
 }
 
 fn write_lines<W: Write>(rx: Receiver<Message>, out: W) {
-    // Buffered, flushed whenever the queue runs dry: a burst of lines costs
-    // one write, a lone line is still written at once.
+    // The writer polls instead of blocking in `recv`: a blocked receiver must
+    // be woken by every send, and on a small VM that wake-up (often another
+    // vCPU) cost the request more than the write it replaced. Polling, a send
+    // only enqueues; lines wait at most one interval and leave in one write.
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
-    while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(m) = next.take() {
-            match m {
-                Message::Line(bytes) => {
+    loop {
+        std::thread::sleep(WRITE_INTERVAL);
+        loop {
+            match rx.try_recv() {
+                Ok(Message::Line(bytes)) => {
                     let _ = out.write_all(&bytes);
                 }
-                Message::Flush(ack) => {
+                Ok(Message::Flush(ack)) => {
                     let _ = out.flush();
                     let _ = ack.send(());
                 }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    let _ = out.flush();
+                    return;
+                }
             }
-            next = rx.try_recv().ok();
         }
         let _ = out.flush();
     }
