@@ -32,7 +32,7 @@ fi
 # plus FastAPI/transformers/httpx for the naive guard.
 venv="$(scripts/pyenv.sh bench/requirements.txt)"
 
-targets=(--bin prefill-guard --example bench_stub --example bench_encode)
+targets=(--bin prefill-guard --example bench_stub --example bench_encode --example bench_paced)
 if [ -n "$rev" ]; then
   commit="$(git rev-parse --verify "$rev^{commit}")"
   # One fixed directory, so that a new commit rebuilds only what changed.
@@ -51,7 +51,7 @@ if [ -n "$rev" ]; then
     echo "$commit" >"$src/.bench-commit"
   fi
   mkdir -p "$src/examples"
-  cp examples/bench_stub.rs examples/bench_encode.rs "$src/examples/"
+  cp examples/bench_stub.rs examples/bench_encode.rs examples/bench_paced.rs "$src/examples/"
   echo "bench: building $commit (release) in $src" >&2
   (cd "$src" && CARGO_TARGET_DIR="$repo/target/bench/target" cargo build --release "${targets[@]}" >&2)
   bin="$repo/target/bench/target/release"
@@ -67,5 +67,5 @@ else
 fi
 
 exec "$venv/bin/python" bench/run.py --python "$venv/bin/python" \
-  --guard "$bin/prefill-guard" --stub "$bin/examples/bench_stub" --encode "$bin/examples/bench_encode" \
+  --guard "$bin/prefill-guard" --stub "$bin/examples/bench_stub" --encode "$bin/examples/bench_encode" --paced "$bin/examples/bench_paced" \
   --measured "$measured" "${args[@]+"${args[@]}"}"

@@ -2,8 +2,6 @@
 -- one machine-readable line at the end.
 --   BENCH_BODY      path of the JSON body (required)
 --   BENCH_PATH      request path (default /v1/chat/completions)
---   BENCH_DELAY_MS  pause per connection between requests (a moderate,
---                   below-capacity load instead of a closed loop)
 --   BENCH_STATUSES  set: count responses by status (costs a little per request)
 local f = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
 wrk.method = "POST"
@@ -11,13 +9,6 @@ wrk.body = f:read("*a")
 f:close()
 wrk.path = os.getenv("BENCH_PATH") or "/v1/chat/completions"
 wrk.headers["Content-Type"] = "application/json"
-
-local delay_ms = tonumber(os.getenv("BENCH_DELAY_MS") or "0")
-if delay_ms > 0 then
-  function delay()
-    return delay_ms
-  end
-end
 
 local threads = {}
 function setup(thread)
