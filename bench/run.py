@@ -809,9 +809,10 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
     L.append(f"## Side by side{' (--quick: smoke numbers only)' if quick else ''}\n")
     L.append(f"wrk closed-loop runs of {seconds:g} s (req/s, CPU, RSS); 600k and 1M: {long_requests} requests one "
              "after another on one connection. "
-             "Latency columns come from the interleaved moderate-load run where there is one (below), "
-             "else (marked †) from the closed-loop or serial run. "
-             "Added = target minus `direct` in the same run. CPU and RSS are the hop's own processes.\n")
+             "Latency columns come from the interleaved moderate-load run (below) where there is one, "
+             "else from the serial run (600k, 1M) or, marked †, from the closed-loop run (a target left out of "
+             "the interleaved run). Added = target minus `direct` in the same kind of run. "
+             "CPU and RSS are the hop's own processes.\n")
     L.append("| workload | target | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | CPU ms/req | peak RSS MiB | responses |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for w in workloads:
@@ -837,7 +838,7 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
             cpu = f"{tput['cpu_s'] / tput['requests'] * 1e3:.2f}" if tput["requests"] else "n/a"
             L.append(
                 f"| {wl} | {names[t.name]} | {tput['rps']:.1f} | {ms(lat['p50_us'])}{mark} | {ms(lat['p99_us'])}{mark} | "
-                f"{ms(add50) if add50 is not None else '—'} | {ms(add99) if add99 is not None else '—'} | "
+                f"{ms(add50) + mark if add50 is not None else '—'} | {ms(add99) + mark if add99 is not None else '—'} | "
                 f"{cpu} | {mib(tput['peak_rss_kib'])} | {fmt_statuses(tput)} |"
             )
     L.append("")
