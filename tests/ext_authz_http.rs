@@ -119,15 +119,7 @@ impl Guard {
     }
 
     async fn metrics(&self) -> String {
-        let text = self
-            .http
-            .get(format!("http://{}/metrics", self.admin))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::scrape(&self.http, self.admin).await;
         promtool_check_metrics(&text);
         text
     }

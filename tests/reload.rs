@@ -329,17 +329,7 @@ async fn sighup_reloads_the_running_binary() {
     let http = reqwest::Client::new();
     let metric = |series: &'static str| {
         let (http, admin) = (http.clone(), admin.clone());
-        async move {
-            let text = http
-                .get(format!("http://{admin}/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            sample(&text, series)
-        }
+        async move { sample(&common::scrape(&http, &admin).await, series) }
     };
     assert_eq!(
         metric("prefill_guard_limit_tokens{model=\"demo\"}").await,

@@ -62,16 +62,18 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// The binary's configuration for the demo model in front of `mock`, with
+/// this file's limit.
+fn limited_config(dir: &std::path::Path, mock: &common::Mock) -> std::path::PathBuf {
+    common::binary_config(dir, mock.addr, &format!("max_req_input_len = {LIMIT}\n"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_or_several_loops_decide_the_same_on_both_paths() {
     for io_threads in [1, 3] {
         let mock = start_mock().await;
         let dir = tempfile::tempdir().unwrap();
-        let config = common::binary_config(
-            dir.path(),
-            mock.addr,
-            &format!("max_req_input_len = {LIMIT}\n"),
-        );
+        let config = limited_config(dir.path(), &mock);
         let flag = io_threads.to_string();
         let spawned = common::spawn_binary_with_args(&config, &["--io-threads", &flag]).await;
         assert_eq!(
@@ -192,28 +194,13 @@ fn stat_field(stat: &str, n: usize) -> i64 {
 /// is back (the queue holds them; none dropped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_log_reader_does_not_stall_requests() {
-    use std::process::Stdio;
     use tokio::io::{AsyncBufReadExt, BufReader};
 
     const REQUESTS: usize = 3_000;
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = common::binary_config(
-        dir.path(),
-        mock.addr,
-        &format!("max_req_input_len = {LIMIT}\n"),
-    );
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
+    let config = limited_config(dir.path(), &mock);
+    let mut child = common::spawn_guard_process(&config, &[]);
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let serving: Value = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         loop {
@@ -260,14 +247,7 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
         sent.iter().filter(|s| **s != 200).count()
     );
     assert_eq!(mock.state.requests().len(), sent.len());
-    let metrics = http
-        .get(format!("http://{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::scrape(&http, &admin).await;
     assert!(
         metrics
             .lines()

@@ -589,12 +589,12 @@ pub async fn spawn_binary(config: &std::path::Path) -> Spawned {
     spawn_binary_with_args(config, &[]).await
 }
 
-/// [`spawn_binary`] with more `serve` flags after `--config`.
+/// The binary serving `config` (and more `serve` flags), its stderr a pipe
+/// that the caller reads, or deliberately does not.
 #[allow(dead_code)]
-pub async fn spawn_binary_with_args(config: &std::path::Path, args: &[&str]) -> Spawned {
+pub fn spawn_guard_process(config: &std::path::Path, args: &[&str]) -> tokio::process::Child {
     use std::process::Stdio;
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
         .arg("serve")
         .arg("--config")
         .arg(config)
@@ -605,7 +605,26 @@ pub async fn spawn_binary_with_args(config: &std::path::Path, args: &[&str]) -> 
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("the binary starts");
+        .expect("the binary starts")
+}
+
+/// The admin port's `/metrics` text.
+#[allow(dead_code)]
+pub async fn scrape(http: &reqwest::Client, admin: impl std::fmt::Display) -> String {
+    http.get(format!("http://{admin}/metrics"))
+        .send()
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("a metrics body")
+}
+
+/// [`spawn_binary`] with more `serve` flags after `--config`.
+#[allow(dead_code)]
+pub async fn spawn_binary_with_args(config: &std::path::Path, args: &[&str]) -> Spawned {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = spawn_guard_process(config, args);
     let pid = child.id().expect("a running child has a pid").to_string();
     let (tx, mut logs) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
     let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
