@@ -196,7 +196,9 @@ fn stat_field(stat: &str, n: usize) -> i64 {
 async fn a_stalled_log_reader_does_not_stall_requests() {
     use tokio::io::{AsyncBufReadExt, BufReader};
 
+    // 150 batches of 20 concurrent requests: exactly 3,000.
     const REQUESTS: usize = 3_000;
+    const BATCH: usize = 20;
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
     let config = limited_config(dir.path(), &mock);
@@ -222,8 +224,8 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
     let body = serde_json::to_vec(&chat(&words(10))).unwrap();
     let sent = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         let mut statuses = Vec::with_capacity(REQUESTS);
-        for batch in 0..REQUESTS / 16 {
-            let sends = (0..16).map(|_| {
+        for batch in 0..REQUESTS / BATCH {
+            let sends = (0..BATCH).map(|_| {
                 http.post(format!("http://{proxy}/v1/chat/completions"))
                     .header("content-type", "application/json")
                     .body(body.clone())
