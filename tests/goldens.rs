@@ -209,11 +209,22 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
     res
 }
 
+/// The fixtures that have goldens under SGLang's default server flags. The
+/// others (the DeepSeek-V3.2/V4 stand-ins) are only ever served through
+/// their model-specific encoders: `tests/profiles.rs` checks them, and
+/// `every_fixture_has_goldens` that none is left out.
 fn fixtures(shared: &Path) -> Vec<String> {
     let mut dirs: Vec<(u64, String)> = std::fs::read_dir(shared.join("tokenizers"))
         .map(|rd| {
             rd.filter_map(Result::ok)
                 .filter(|e| e.path().is_dir())
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    shared
+                        .join("goldens")
+                        .join(format!("{name}.jsonl"))
+                        .is_file()
+                })
                 .map(|e| {
                     let size = std::fs::metadata(e.path().join("tokenizer.json"))
                         .map(|m| m.len())
@@ -286,6 +297,38 @@ fn counts_match_sglang() {
         "{} golden mismatches (listed above)",
         mismatches.len()
     );
+}
+
+/// Every fixture is checked somewhere: by the default goldens here, or by a
+/// server profile (`goldens/profiles/PROFILES.json`, run by `tests/profiles.rs`).
+#[test]
+fn every_fixture_has_goldens() {
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
+    let profiles: Value = serde_json::from_str(
+        &std::fs::read_to_string(shared.join("goldens/profiles/PROFILES.json"))
+            .expect("goldens/profiles/PROFILES.json"),
+    )
+    .expect("PROFILES.json is JSON");
+    let in_profiles: Vec<&str> = profiles["profiles"]
+        .as_object()
+        .expect("profiles")
+        .values()
+        .filter_map(|p| p["fixture"].as_str())
+        .collect();
+    let default = fixtures(&shared);
+    for entry in std::fs::read_dir(shared.join("tokenizers")).expect("tokenizers/") {
+        let entry = entry.expect("dir entry");
+        if !entry.path().is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        assert!(
+            default.contains(&name) || in_profiles.contains(&name.as_str()),
+            "fixture {name} has neither goldens/{name}.jsonl nor a profile"
+        );
+    }
 }
 
 /// Loader facts the goldens rely on, checked directly so a regression names its cause.

@@ -13,9 +13,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::chat_api::{py_strip, Converted};
+use super::chat_api::Converted;
 use super::preprocess::Options;
-use super::tokenizer::py_truthy;
+use super::py;
 use super::{invalid, invalid_param, CountError};
 
 fn unmeasurable(message: impl Into<String>) -> CountError {
@@ -189,7 +189,7 @@ fn parse_block<'a>(v: &'a Value, loc: &str) -> Result<Block<'a>, CountError> {
 
 /// `_convert_anthropic_image_source_to_openai_part` returns a part.
 fn image_part_from_source(src: &Map<String, Value>) -> bool {
-    let truthy = |k: &str| src.get(k).is_some_and(py_truthy);
+    let truthy = |k: &str| src.get(k).is_some_and(py::truthy);
     if src.get("type").and_then(Value::as_str) == Some("base64") {
         // `data = source.get("data", "")`; no data, no part.
         return truthy("data");
@@ -307,12 +307,12 @@ fn parse_tool<'a>(v: &'a Value, loc: &str) -> Result<Option<CustomTool<'a>>, Cou
     }
     let strict = match o.get("strict") {
         None => false,
-        Some(v) => super::preprocess::lax_bool(v)
+        Some(v) => py::lax_bool(v)
             .ok_or_else(|| invalid(format!("{loc}.strict: Input should be a valid boolean")))?,
     };
     let defer_loading = match o.get("defer_loading") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(super::preprocess::lax_bool(v).ok_or_else(|| {
+        Some(v) => Some(py::lax_bool(v).ok_or_else(|| {
             invalid(format!(
                 "{loc}.defer_loading: Input should be a valid boolean"
             ))
@@ -464,7 +464,7 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
     let mut out: Vec<Value> = Vec::new();
     let mut system_parts: Vec<String> = Vec::new();
     match &system {
-        Some(Content::Text(s)) if !py_strip(s).is_empty() => {
+        Some(Content::Text(s)) if !py::strip(s).is_empty() => {
             system_parts.push((*s).to_owned());
         }
         Some(Content::Blocks(blocks)) => {
@@ -696,7 +696,7 @@ fn parse_thinking(t: &Map<String, Value>) -> Result<&str, CountError> {
     };
     let budget = match t.get("budget_tokens") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(super::preprocess::lax_int(v).ok_or_else(|| {
+        Some(v) => Some(py::lax_int(v).ok_or_else(|| {
             invalid_param(
                 "thinking.budget_tokens: Input should be a valid integer",
                 "thinking",
@@ -764,14 +764,14 @@ fn emit_user_message(out: &mut Vec<Value>, parts: &mut Vec<Value>) {
 fn extract_system_text(content: &Content<'_>) -> Option<String> {
     match content {
         Content::Text(s) => {
-            let t = py_strip(s);
+            let t = py::strip(s);
             (!t.is_empty()).then(|| t.to_owned())
         }
         Content::Blocks(blocks) => {
             let texts: Vec<&str> = blocks
                 .iter()
                 .filter_map(|b| match b {
-                    Block::Text(t) => Some(py_strip(t)),
+                    Block::Text(t) => Some(py::strip(t)),
                     _ => None,
                 })
                 .filter(|t| !t.is_empty())
@@ -798,12 +798,12 @@ fn search_result_text(b: &Block<'_>) -> Result<String, CountError> {
     match source {
         Some(Value::Object(src)) => {
             let text = match src.get("url") {
-                Some(v) if py_truthy(v) => Some(v),
+                Some(v) if py::truthy(v) => Some(v),
                 _ => src.get("text"),
             };
             match text {
                 Some(Value::String(s)) if !s.is_empty() => parts.push(format!("Source: {s}")),
-                Some(v) if py_truthy(v) => {
+                Some(v) if py::truthy(v) => {
                     return Err(invalid_param(
                         "search_result source url/text must be a string",
                         "messages",
@@ -822,7 +822,7 @@ fn search_result_text(b: &Block<'_>) -> Result<String, CountError> {
         }
         match p.get("text") {
             Some(Value::String(s)) if !s.is_empty() => texts.push(s),
-            Some(v) if py_truthy(v) => {
+            Some(v) if py::truthy(v) => {
                 return Err(invalid_param(
                     "search_result content text must be a string",
                     "messages",

@@ -338,12 +338,6 @@ impl ModelCounter {
     }
 }
 
-/// Python's `str.strip()`: Unicode whitespace plus the ASCII separators
-/// U+001C..U+001F, which `str.isspace()` counts and Rust does not.
-pub(crate) fn py_strip(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -426,14 +420,6 @@ mod tests {
             failures.len(),
             failures.join("\n")
         );
-    }
-
-    #[test]
-    fn py_strip_matches_python() {
-        // " \x1c\t a \u{3000}".strip() == "a"; "\u{200b}a".strip() keeps the ZWSP.
-        assert_eq!(py_strip(" \u{1c}\t a \u{3000}"), "a");
-        assert_eq!(py_strip("\u{200b}a"), "\u{200b}a");
-        assert_eq!(py_strip("\u{85}\u{a0}"), "");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cuts;
 pub mod fast;
 pub mod ollama;
 pub mod preprocess;
+pub mod py;
 pub mod responses;
 pub mod template;
 pub mod tokenizer;

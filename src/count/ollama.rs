@@ -14,7 +14,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::chat_api::py_strip;
+use super::py;
 use super::{CountError, Unit};
 
 fn invalid(message: impl Into<String>, param: &'static str) -> CountError {
@@ -112,7 +112,7 @@ pub fn generate_units(obj: &Map<String, Value>) -> Result<Vec<Unit>, CountError>
         Some(system) => format!("{system}\n\n{prompt}"),
         None => prompt.clone(),
     };
-    if py_strip(&text).is_empty() {
+    if py::strip(&text).is_empty() {
         return Ok(Vec::new());
     }
     Ok(vec![Unit::Text(text)])

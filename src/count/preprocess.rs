@@ -19,8 +19,8 @@
 
 use serde_json::{Map, Value};
 
+use super::py::{self, lax_bool, lax_int};
 use super::template::ContentFormat;
-use super::tokenizer::py_truthy;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
 /// `ReasoningEffortTier` in protocol.py.
@@ -108,55 +108,6 @@ impl ChatInputs {
 // ---------------------------------------------------------------------------
 // pydantic lax-mode scalars
 // ---------------------------------------------------------------------------
-
-/// pydantic's lax `bool`.
-pub(crate) fn lax_bool(v: &Value) -> Option<bool> {
-    match v {
-        Value::Bool(b) => Some(*b),
-        Value::Number(n) => {
-            let f = n.as_f64()?;
-            if f == 0.0 {
-                Some(false)
-            } else if f == 1.0 {
-                Some(true)
-            } else {
-                None
-            }
-        }
-        Value::String(s) => match s.to_ascii_lowercase().as_str() {
-            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
-            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// pydantic's lax `int`.
-pub(crate) fn lax_int(v: &Value) -> Option<i128> {
-    match v {
-        Value::Bool(b) => Some(i128::from(*b)),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Some(i128::from(i))
-            } else if let Some(u) = n.as_u64() {
-                Some(i128::from(u))
-            } else {
-                let f = n.as_f64()?;
-                (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
-            }
-        }
-        Value::String(s) => {
-            let t = s.trim();
-            if let Ok(i) = t.parse::<i128>() {
-                return Some(i);
-            }
-            let f: f64 = t.parse().ok()?;
-            (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
-        }
-        _ => None,
-    }
-}
 
 fn opt_bool(obj: &Map<String, Value>, key: &str, loc: &str) -> Result<Option<bool>, CountError> {
     match obj.get(key) {
@@ -644,7 +595,7 @@ pub fn prepare_with(
                 s.trim().to_lowercase().as_str(),
                 "1" | "true" | "yes" | "y" | "on"
             ),
-            v => py_truthy(v),
+            v => py::truthy(v),
         };
         if enabled {
             thinking = Some(true);
@@ -1104,7 +1055,7 @@ fn apply_chat_template_arguments(
     }
     if extra
         .shift_remove("continue_final_message")
-        .is_some_and(|v| py_truthy(&v))
+        .is_some_and(|v| py::truthy(&v))
     {
         return Err(invalid(
             "continue_final_message and add_generation_prompt are not compatible. Use continue_final_message when you \
@@ -1114,7 +1065,7 @@ fn apply_chat_template_arguments(
     }
     if extra
         .shift_remove("return_assistant_tokens_mask")
-        .is_some_and(|v| py_truthy(&v))
+        .is_some_and(|v| py::truthy(&v))
     {
         return Err(invalid(
             "`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`",
@@ -1327,7 +1278,7 @@ fn has_message_level_tools(messages: Option<&Value>) -> bool {
     items.iter().any(|m| {
         let role = m.get("role").and_then(Value::as_str).map(str::to_lowercase);
         matches!(role.as_deref(), Some("root" | "system" | "developer"))
-            && m.get("tools").is_some_and(py_truthy)
+            && m.get("tools").is_some_and(py::truthy)
     })
 }
 
@@ -1404,20 +1355,6 @@ fn normalize_single_type(raw: &str) -> Option<String> {
     None
 }
 
-/// Python `==` between JSON values as the `not in` of `_normalize_type_list` sees them
-/// (`1 == 1.0 == True`).
-fn py_eq(a: &Value, b: &Value) -> bool {
-    let num = |v: &Value| match v {
-        Value::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
-        Value::Number(n) => n.as_f64(),
-        _ => None,
-    };
-    match (num(a), num(b)) {
-        (Some(x), Some(y)) => x == y,
-        _ => a == b,
-    }
-}
-
 /// Walks a JSON Schema in place and rewrites database-style `type` names.
 pub(crate) fn normalize_json_schema_types(schema: &mut Value) {
     match schema {
@@ -1443,7 +1380,7 @@ pub(crate) fn normalize_json_schema_types(schema: &mut Value) {
                                 }
                                 _ => item,
                             };
-                            if !out.iter().any(|o| py_eq(o, &item)) {
+                            if !out.iter().any(|o| py::eq(o, &item)) {
                                 out.push(item);
                             }
                         }

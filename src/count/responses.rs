@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 
 use super::chat_api::Converted;
 use super::preprocess::Options;
-use super::tokenizer::py_truthy;
+use super::py;
 use super::{invalid, invalid_param, CountError};
 
 /// `ReasoningEffortTier`.
@@ -87,7 +87,7 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
     let mut ctk: Option<Value> = top.get("chat_template_kwargs").cloned();
     if let Some(Value::Object(r)) = top.get("reasoning") {
         let effort = match r.get("effort") {
-            Some(v) if py_truthy(v) => Some(v),
+            Some(v) if py::truthy(v) => Some(v),
             _ => r.get("reasoning_effort"),
         };
         if effort.and_then(Value::as_str) == Some("none") {
@@ -325,7 +325,7 @@ fn parse_tools(v: Option<&Value>) -> Result<Vec<ResponseTool<'_>>, CountError> {
         let format = opt_obj("format")?;
         let strict = match o.get("strict") {
             None => false,
-            Some(v) => super::preprocess::lax_bool(v).ok_or_else(|| {
+            Some(v) => py::lax_bool(v).ok_or_else(|| {
                 invalid_param(
                     format!("{loc}.strict: Input should be a valid boolean"),
                     "tools",
@@ -365,9 +365,9 @@ fn effective_tool_choice(choice: &Value) -> Result<EffectiveChoice, CountError> 
         });
     };
     let name = match o.get("name") {
-        Some(v) if py_truthy(v) => Some(v.clone()),
+        Some(v) if py::truthy(v) => Some(v.clone()),
         _ => match o.get("function") {
-            Some(f) if !py_truthy(f) => None,
+            Some(f) if !py::truthy(f) => None,
             None => None,
             Some(Value::Object(f)) => f.get("name").cloned(),
             // `(tool_choice.get("function") or {}).get("name")` on a non-dict raises.
@@ -381,7 +381,7 @@ fn effective_tool_choice(choice: &Value) -> Result<EffectiveChoice, CountError> 
     };
     let kind = o.get("type").and_then(Value::as_str);
     match (kind, name) {
-        (Some("function" | "custom"), Some(name)) if py_truthy(&name) => Ok(EffectiveChoice {
+        (Some("function" | "custom"), Some(name)) if py::truthy(&name) => Ok(EffectiveChoice {
             mode: Value::Null,
             named: Some(name),
         }),
@@ -451,7 +451,7 @@ fn custom_tool_description(
     }
     if let Some(f) = format.filter(|f| f.get("type").and_then(Value::as_str) == Some("grammar")) {
         let text = |key: &str, default: &str| match f.get(key) {
-            Some(v) if py_truthy(v) => py_str(v),
+            Some(v) if py::truthy(v) => py_str(v),
             _ => default.to_owned(),
         };
         let syntax = text("syntax", "lark");
@@ -572,7 +572,7 @@ fn normalize_item(item: &Map<String, Value>) -> Result<Option<Value>, CountError
             // `encode_custom_tool_input(input or "")`: a JSON string the chat path
             // parses back to `{"input": payload}`.
             let payload = get("input")
-                .filter(|v| py_truthy(v))
+                .filter(|v| py::truthy(v))
                 .cloned()
                 .unwrap_or_else(|| Value::String(String::new()));
             Ok(Some(tool_call_message(
@@ -638,7 +638,7 @@ fn parses_as_object(raw: &str) -> Result<bool, CountError> {
 /// `_chat_tool_call_message`.
 fn tool_call_message(message: &Map<String, Value>, name: Option<Value>, arguments: Value) -> Value {
     let id = match message.get("call_id") {
-        Some(v) if py_truthy(v) => v.clone(),
+        Some(v) if py::truthy(v) => v.clone(),
         _ => message.get("id").cloned().unwrap_or(Value::Null),
     };
     json!({
@@ -682,7 +682,7 @@ fn collect_texts(parts: Option<&Value>) -> Result<Vec<String>, CountError> {
         Some(Value::Array(a)) => a,
         // Falsy values give `[]`; a string or dict iterates over str items.
         None | Some(Value::Null | Value::String(_) | Value::Object(_)) => return Ok(Vec::new()),
-        Some(v) if !py_truthy(v) => return Ok(Vec::new()),
+        Some(v) if !py::truthy(v) => return Ok(Vec::new()),
         Some(_) => {
             return Err(invalid_param(
                 "reasoning summary/content must be a list",
@@ -694,7 +694,7 @@ fn collect_texts(parts: Option<&Value>) -> Result<Vec<String>, CountError> {
     for entry in entries.iter().filter_map(Value::as_object) {
         match entry.get("text") {
             Some(Value::String(s)) if !s.is_empty() => out.push(s.clone()),
-            Some(v) if py_truthy(v) => {
+            Some(v) if py::truthy(v) => {
                 return Err(invalid_param(
                     "reasoning text parts must be strings",
                     "input",
@@ -802,13 +802,13 @@ fn merge_consecutive_assistant_messages(messages: Vec<Value>) -> Result<Vec<Valu
                 prev.insert("content".into(), merged_content);
             }
         }
-        if let Some(new_calls) = new.get("tool_calls").filter(|v| py_truthy(v)) {
+        if let Some(new_calls) = new.get("tool_calls").filter(|v| py::truthy(v)) {
             let Value::Array(new_calls) = new_calls else {
                 return Err(invalid_param("tool_calls must be a list", "input"));
             };
             let mut calls = match prev.get("tool_calls") {
                 Some(Value::Array(c)) => c.clone(),
-                Some(v) if py_truthy(v) => {
+                Some(v) if py::truthy(v) => {
                     return Err(invalid_param("tool_calls must be a list", "input"))
                 }
                 _ => Vec::new(),
@@ -816,13 +816,13 @@ fn merge_consecutive_assistant_messages(messages: Vec<Value>) -> Result<Vec<Valu
             calls.extend(new_calls.iter().cloned());
             prev.insert("tool_calls".into(), Value::Array(calls));
         }
-        if let Some(new_r) = new.get("reasoning_content").filter(|v| py_truthy(v)) {
+        if let Some(new_r) = new.get("reasoning_content").filter(|v| py::truthy(v)) {
             let Value::String(new_r) = new_r else {
                 return Err(invalid_param("reasoning_content must be a string", "input"));
             };
             let joined = match prev.get("reasoning_content") {
                 Some(Value::String(p)) if !p.is_empty() => format!("{p}\n{new_r}"),
-                Some(v) if py_truthy(v) => {
+                Some(v) if py::truthy(v) => {
                     return Err(invalid_param("reasoning_content must be a string", "input"))
                 }
                 _ => new_r.clone(),

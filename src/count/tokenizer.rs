@@ -34,6 +34,7 @@ use tokenizers::{AddedToken, Tokenizer};
 
 use super::bound::BoundRule;
 use super::fast::{Chunking, Pipeline, Tally};
+use super::py;
 use super::{CountError, LoadError};
 
 /// transformers' `SPECIAL_TOKENS_ATTRIBUTES`, in its order.
@@ -532,7 +533,7 @@ impl TextTokenizer {
         if class.restores_bos_flag() {
             let add_bos = match config.get("add_bos_token") {
                 None | Some(Value::Null) => true,
-                Some(v) => py_truthy(v),
+                Some(v) => py::truthy(v),
             };
             if add_bos {
                 let post = match (&bos, bos_token_id) {
@@ -747,9 +748,9 @@ fn rebuild_for_class(
             // Metaspace prepend scheme follows `_get_prepend_scheme`.
             let add_prefix_space = match config.get("add_prefix_space") {
                 None | Some(Value::Null) => true,
-                Some(v) => py_truthy(v),
+                Some(v) => py::truthy(v),
             };
-            let legacy = config.get("legacy").map(py_truthy).unwrap_or(false);
+            let legacy = config.get("legacy").map(py::truthy).unwrap_or(false);
             let scheme = if !add_prefix_space {
                 "never"
             } else if legacy {
@@ -773,7 +774,7 @@ fn rebuild_for_class(
         TokenizerClass::Qwen2 => {
             let add_prefix_space = config
                 .get("add_prefix_space")
-                .map(py_truthy)
+                .map(py::truthy)
                 .unwrap_or(false);
             (
                 json!({"unk_token": null, "fuse_unk": false, "byte_fallback": false, "continuing_subword_prefix": "",
@@ -804,16 +805,4 @@ fn rebuild_for_class(
         doc.insert("pre_tokenizer".into(), pre);
     }
     Ok(())
-}
-
-/// Python truthiness of a JSON value.
-pub(crate) fn py_truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().map(|f| f != 0.0).unwrap_or(true),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
 }

@@ -21,60 +21,7 @@ pub fn recursion_error() -> Error {
     )
 }
 
-/// `repr(float)`: the shortest round-trip digits, positional while the
-/// decimal exponent is in [-4, 16), otherwise `d.ddde±XX`.
-pub fn push_float_repr(out: &mut String, f: f64) {
-    if f.is_nan() {
-        out.push_str("nan");
-        return;
-    }
-    if f.is_infinite() {
-        out.push_str(if f < 0.0 { "-inf" } else { "inf" });
-        return;
-    }
-    if f.is_sign_negative() {
-        out.push('-');
-    }
-    let f = f.abs();
-    if f == 0.0 {
-        out.push_str("0.0");
-        return;
-    }
-    // `{:e}` gives the shortest round-trip digits, like Python's repr.
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let ndigits = digits.len() as i32;
-    let decpt = exp + 1;
-    if -4 < decpt && decpt <= 16 {
-        if decpt <= 0 {
-            out.push_str("0.");
-            for _ in 0..-decpt {
-                out.push('0');
-            }
-            out.push_str(&digits);
-        } else if decpt >= ndigits {
-            out.push_str(&digits);
-            for _ in 0..decpt - ndigits {
-                out.push('0');
-            }
-            out.push_str(".0");
-        } else {
-            out.push_str(&digits[..decpt as usize]);
-            out.push('.');
-            out.push_str(&digits[decpt as usize..]);
-        }
-    } else {
-        out.push_str(&digits[..1]);
-        if ndigits > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let e = decpt - 1;
-        let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
-}
+pub use crate::count::py::push_float_repr;
 
 /// `repr(str)`: single quotes unless the text has `'` and no `"`;
 /// non-printable characters escaped by CPython's rule.

@@ -185,41 +185,7 @@ fn push_json_float(out: &mut String, f: f64) {
     }
 }
 
-pub fn push_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut last = 0;
-    for (i, c) in s.char_indices() {
-        let plain = match c {
-            '"' | '\\' => false,
-            c if (c as u32) < 0x20 => false,
-            c if ensure_ascii => (' '..='~').contains(&c),
-            _ => true,
-        };
-        if plain {
-            continue;
-        }
-        out.push_str(&s[last..i]);
-        last = i + c.len_utf8();
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            c => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    let _ = write!(out, "\\u{unit:04x}");
-                }
-            }
-        }
-    }
-    out.push_str(&s[last..]);
-    out.push('"');
-}
+pub use crate::count::py::push_json_str;
 
 fn not_serializable(v: &Value) -> Error {
     type_error(format!(

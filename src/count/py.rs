@@ -1,0 +1,379 @@
+//! The Python behaviours SGLang's request handling relies on, over JSON
+//! values: `json.dumps`, `repr(float)`, truthiness, `str.strip`, equality and
+//! pydantic's lax scalars. Every encoder and conversion that mirrors Python
+//! code calls these instead of writing its own, so a difference from CPython
+//! is fixed once. Dependency-free on purpose (std and serde_json only).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+/// `repr(float)`: the shortest round-trip digits, positional while the
+/// decimal exponent is in [-4, 16), otherwise `d.ddde±XX`.
+pub fn push_float_repr(out: &mut String, f: f64) {
+    if f.is_nan() {
+        out.push_str("nan");
+        return;
+    }
+    if f.is_infinite() {
+        out.push_str(if f < 0.0 { "-inf" } else { "inf" });
+        return;
+    }
+    if f.is_sign_negative() {
+        out.push('-');
+    }
+    let f = f.abs();
+    if f == 0.0 {
+        out.push_str("0.0");
+        return;
+    }
+    // `{:e}` gives the shortest round-trip digits, like Python's repr.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let ndigits = digits.len() as i32;
+    let decpt = exp + 1;
+    if -4 < decpt && decpt <= 16 {
+        if decpt <= 0 {
+            out.push_str("0.");
+            for _ in 0..-decpt {
+                out.push('0');
+            }
+            out.push_str(&digits);
+        } else if decpt >= ndigits {
+            out.push_str(&digits);
+            for _ in 0..decpt - ndigits {
+                out.push('0');
+            }
+            out.push_str(".0");
+        } else {
+            out.push_str(&digits[..decpt as usize]);
+            out.push('.');
+            out.push_str(&digits[decpt as usize..]);
+        }
+    } else {
+        out.push_str(&digits[..1]);
+        if ndigits > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let e = decpt - 1;
+        let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+}
+
+/// A string as `json.dumps` writes it (`ensure_ascii` escapes every
+/// non-ASCII character as `\uXXXX`, surrogate pairs above the BMP).
+pub fn push_json_str(out: &mut String, s: &str, ensure_ascii: bool) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut last = 0;
+    for (i, c) in s.char_indices() {
+        let plain = match c {
+            '"' | '\\' => false,
+            c if (c as u32) < 0x20 => false,
+            c if ensure_ascii => (' '..='~').contains(&c),
+            _ => true,
+        };
+        if plain {
+            continue;
+        }
+        out.push_str(&s[last..i]);
+        last = i + c.len_utf8();
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\x08' => out.push_str("\\b"),
+            '\x0c' => out.push_str("\\f"),
+            c => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+            }
+        }
+    }
+    out.push_str(&s[last..]);
+    out.push('"');
+}
+
+/// The keyword arguments of `json.dumps` the mirrored code uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dumps {
+    pub ensure_ascii: bool,
+    /// `indent=None` when `None`; else that many spaces per level (then the
+    /// item separator drops its trailing space, as Python's default does).
+    pub indent: Option<usize>,
+    /// `separators=(item, key)`; `None` is Python's default for `indent`.
+    pub separators: Option<(&'static str, &'static str)>,
+    pub sort_keys: bool,
+}
+
+impl Default for Dumps {
+    /// `json.dumps(v)`: `ensure_ascii=True`, `", "` and `": "`.
+    fn default() -> Self {
+        Self {
+            ensure_ascii: true,
+            indent: None,
+            separators: None,
+            sort_keys: false,
+        }
+    }
+}
+
+impl Dumps {
+    /// `json.dumps(v, ensure_ascii=False)`.
+    pub const UNICODE: Dumps = Dumps {
+        ensure_ascii: false,
+        indent: None,
+        separators: None,
+        sort_keys: false,
+    };
+}
+
+/// `json.dumps(v, **opts)` for a value parsed from JSON (dicts keep their
+/// key order, numbers print as Python prints the int or float they parse to).
+pub fn json_dumps(v: &Value, opts: &Dumps) -> String {
+    let mut out = String::new();
+    push_json(&mut out, v, opts, 0);
+    out
+}
+
+/// A JSON number as Python's `json` module writes the value it parsed it to:
+/// integers as written, floats by `repr`.
+pub fn push_json_number(out: &mut String, n: &serde_json::Number) {
+    if let Some(i) = n.as_i64() {
+        let _ = write!(out, "{i}");
+    } else if let Some(u) = n.as_u64() {
+        let _ = write!(out, "{u}");
+    } else {
+        push_float_repr(out, n.as_f64().unwrap_or(f64::NAN));
+    }
+}
+
+fn push_json(out: &mut String, v: &Value, opts: &Dumps, level: usize) {
+    let (item_sep, key_sep) = opts.separators.unwrap_or(match opts.indent {
+        Some(_) => (",", ": "),
+        None => (", ", ": "),
+    });
+    let newline = |out: &mut String, level: usize| {
+        if let Some(width) = opts.indent {
+            out.push('\n');
+            for _ in 0..width * level {
+                out.push(' ');
+            }
+        }
+    };
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => push_json_number(out, n),
+        Value::String(s) => push_json_str(out, s, opts.ensure_ascii),
+        Value::Array(items) => {
+            if items.is_empty() {
+                out.push_str("[]");
+                return;
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                push_json(out, item, opts, level + 1);
+            }
+            newline(out, level);
+            out.push(']');
+        }
+        Value::Object(map) => {
+            if map.is_empty() {
+                out.push_str("{}");
+                return;
+            }
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            if opts.sort_keys {
+                // Python compares str keys by code point, as Rust's str order does.
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+            }
+            out.push('{');
+            for (i, (k, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                push_json_str(out, k, opts.ensure_ascii);
+                out.push_str(key_sep);
+                push_json(out, item, opts, level + 1);
+            }
+            newline(out, level);
+            out.push('}');
+        }
+    }
+}
+
+/// Python truthiness of a JSON value.
+pub fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().map(|f| f != 0.0).unwrap_or(true),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Python's `str.strip()`: Unicode whitespace plus the ASCII separators
+/// U+001C..U+001F, which `str.isspace()` counts and Rust does not.
+pub fn strip(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+/// pydantic's lax `bool`.
+pub fn lax_bool(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => {
+            let f = n.as_f64()?;
+            if f == 0.0 {
+                Some(false)
+            } else if f == 1.0 {
+                Some(true)
+            } else {
+                None
+            }
+        }
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+            "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// pydantic's lax `int`.
+pub fn lax_int(v: &Value) -> Option<i128> {
+    match v {
+        Value::Bool(b) => Some(i128::from(*b)),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Some(i128::from(i))
+            } else if let Some(u) = n.as_u64() {
+                Some(i128::from(u))
+            } else {
+                let f = n.as_f64()?;
+                (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
+            }
+        }
+        Value::String(s) => {
+            let t = s.trim();
+            if let Ok(i) = t.parse::<i128>() {
+                return Some(i);
+            }
+            let f: f64 = t.parse().ok()?;
+            (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
+        }
+        _ => None,
+    }
+}
+
+/// Python `==` on values parsed from JSON: numbers by value (`1 == 1.0`,
+/// `True == 1`), dicts regardless of key order, lists element-wise.
+pub fn eq(a: &Value, b: &Value) -> bool {
+    let num = |v: &Value| match v {
+        Value::Bool(b) => Some(f64::from(u8::from(*b))),
+        Value::Number(n) => n.as_f64(),
+        _ => None,
+    };
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| eq(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| eq(v, w)))
+        }
+        (Value::String(x), Value::String(y)) => x == y,
+        (Value::Null, Value::Null) => true,
+        _ => match (num(a), num(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dumps_matches_python() {
+        let v = json!({"a": [1, 2.5, null, true], "é": "中\n\"", "e": {}, "l": []});
+        // json.dumps(v)
+        assert_eq!(
+            json_dumps(&v, &Dumps::default()),
+            r#"{"a": [1, 2.5, null, true], "\u00e9": "\u4e2d\n\"", "e": {}, "l": []}"#
+        );
+        // json.dumps(v, ensure_ascii=False)
+        assert_eq!(
+            json_dumps(&v, &Dumps::UNICODE),
+            "{\"a\": [1, 2.5, null, true], \"é\": \"中\\n\\\"\", \"e\": {}, \"l\": []}"
+        );
+        // json.dumps(v, indent=2, sort_keys=True, ensure_ascii=False)
+        let opts = Dumps {
+            indent: Some(2),
+            sort_keys: true,
+            ..Dumps::UNICODE
+        };
+        assert_eq!(
+            json_dumps(&json!({"b": [1, {"c": 1.0}], "a": 1e20}), &opts),
+            "{\n  \"a\": 1e+20,\n  \"b\": [\n    1,\n    {\n      \"c\": 1.0\n    }\n  ]\n}"
+        );
+        // separators=(",", ":")
+        let compact = Dumps {
+            separators: Some((",", ":")),
+            ..Dumps::default()
+        };
+        assert_eq!(
+            json_dumps(&json!({"a": [1, "😀"]}), &compact),
+            r#"{"a":[1,"\ud83d\ude00"]}"#
+        );
+    }
+
+    #[test]
+    fn float_repr_matches_python() {
+        for (f, want) in [
+            (1.0, "1.0"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (-2.5, "-2.5"),
+        ] {
+            let mut s = String::new();
+            push_float_repr(&mut s, f);
+            assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn python_equality_and_strip() {
+        assert!(eq(&json!(1), &json!(1.0)));
+        assert!(eq(&json!(true), &json!(1)));
+        assert!(eq(&json!({"a": 1, "b": 2}), &json!({"b": 2, "a": 1})));
+        assert!(!eq(&json!("1"), &json!(1)));
+        assert!(!eq(&json!(null), &json!(false)));
+        // " \x1c\t a \u{3000}".strip() == "a"; "\u{200b}a".strip() keeps the ZWSP.
+        assert_eq!(strip(" \u{1c}\t a \u{3000}"), "a");
+        assert_eq!(strip("\u{200b}a"), "\u{200b}a");
+        assert_eq!(strip("\u{85}\u{a0}"), "");
+        assert!(!truthy(&json!("")) && truthy(&json!([0])));
+    }
+}
