@@ -2,16 +2,13 @@
 //! `/v1/messages`, Ollama's `/api/chat`): what each conversion needs to know
 //! about the model, and how a converted request is counted.
 
-use std::path::Path;
-
 use serde_json::{json, Map, Value};
 
+use super::model::ModelFiles;
 use super::preprocess::{self, Options};
+use super::serving::Arch;
 use super::template::{ChatTemplate, RenderContext};
-use super::tokenizer::TokenizerConfig;
-use super::{
-    anthropic, ollama, responses, ChatApi, Clock, CountError, Ctx, LoadError, ModelCounter,
-};
+use super::{anthropic, ollama, responses, ChatApi, Clock, CountError, Ctx, ModelCounter};
 
 /// A request converted to the `ChatCompletionRequest` SGLang builds from it:
 /// the body pydantic validates, plus how it then travels the chat path.
@@ -34,56 +31,40 @@ pub(super) struct ModelTraits {
 }
 
 impl ModelTraits {
-    pub(super) fn load(
-        dir: &Path,
-        config: &TokenizerConfig,
-        source: Option<&str>,
-        template: Option<&ChatTemplate>,
-    ) -> Result<Self, LoadError> {
-        let inline_system = match (source, template) {
-            (Some(source), Some(template)) => probe_inline_system(source, template),
+    /// `source`/`template`: the chat template `TemplateManager` settled on.
+    pub(super) fn new(
+        files: &ModelFiles,
+        arch: Option<&Arch>,
+        template: Option<(&str, &ChatTemplate)>,
+    ) -> Self {
+        let inline_system = match template {
+            Some((source, template)) => probe_inline_system(source, template),
             // No template: `detect_inline_system_support(None)` is False. (A template
             // that does not compile makes every chat request fail anyway.)
-            _ => Some(false),
+            None => Some(false),
         };
-        Ok(Self {
+        Self {
             inline_system,
-            harmony: is_harmony_model(dir, config, source)?,
-        })
+            harmony: is_harmony_model(files, arch, template.map(|(s, _)| s)),
+        }
     }
 }
 
-/// `hf_config.model_type == "gpt_oss"` from `config.json`. Without a
-/// `config.json` (a tokenizer-only directory) the guard cannot see the model
-/// type, so a harmony-format vocabulary or template counts as gpt-oss: the
-/// Responses API is then refused rather than counted the wrong way.
-fn is_harmony_model(
-    dir: &Path,
-    config: &TokenizerConfig,
-    source: Option<&str>,
-) -> Result<bool, LoadError> {
-    let path = dir.join("config.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            if let Ok(Value::Object(cfg)) = serde_json::from_slice::<Value>(&bytes) {
-                if let Some(Value::String(t)) = cfg.get("model_type") {
-                    return Ok(t == "gpt_oss");
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(LoadError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })
-        }
+/// `hf_config.model_type == "gpt_oss"` (the served config, else
+/// `config.json`). Without either (a tokenizer-only directory) the guard
+/// cannot see the model type, so a harmony-format vocabulary or template
+/// counts as gpt-oss: the Responses API is then refused rather than counted
+/// the wrong way.
+fn is_harmony_model(files: &ModelFiles, arch: Option<&Arch>, source: Option<&str>) -> bool {
+    if let Some(t) = arch.and_then(|a| a.model_type.as_deref()) {
+        return t == "gpt_oss";
     }
     const MARK: &str = "<|channel|>";
-    let in_config = config
+    let in_config = files
+        .config
         .get("added_tokens_decoder")
         .is_some_and(|t| t.to_string().contains(MARK));
-    Ok(in_config || source.is_some_and(|s| s.contains(MARK)))
+    in_config || source.is_some_and(|s| s.contains(MARK))
 }
 
 const SENTINEL: &str = "__sglang_inline_system_sentinel__";
@@ -287,7 +268,7 @@ impl ModelCounter {
                 }
                 let options = preprocess::Options {
                     media: self.media,
-                    ..c.options.clone()
+                    ..preprocess::Options::for_server(&self.server).with(&c.options)
                 };
                 let prepared = preprocess::prepare_with(&c.body, self.content_format(), &options);
                 seen.push(c);
@@ -318,10 +299,9 @@ impl ModelCounter {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let messages = ollama::chat_messages(body)?;
-        let template = self
-            .template
-            .as_ref()
-            .map_err(|e| CountError::Template(e.clone()))?;
+        // `tokenizer.apply_chat_template` directly: `TemplateManager`'s
+        // template, without the server's default kwargs.
+        let template = self.jinja_template(&preprocess::ChatInputs::default())?;
         let extra = Map::new();
         let text = template
             .render(&RenderContext {
@@ -329,7 +309,7 @@ impl ModelCounter {
                 tools: None,
                 documents: None,
                 add_generation_prompt: true,
-                special_tokens: &self.special_tokens,
+                special_tokens: &self.files.special_tokens,
                 extra: &extra,
                 now: clock.now(),
             })
@@ -391,6 +371,10 @@ mod tests {
                 match (&setting["expect"], got) {
                     (Value::String(e), Err(CountError::Unsupported(_))) if e == "guard_refuses" => {
                     }
+                    // A client template reaches the counter, which refuses it
+                    // (`ModelCounter::jinja_template`).
+                    (Value::String(e), Ok(Prepared::Template(inputs)))
+                        if e == "guard_refuses" && inputs.template_override.is_some() => {}
                     (Value::String(e), Err(_)) if e == "sglang_refuses" => {}
                     (Value::Object(want), Ok(Prepared::Template(inputs))) => {
                         let tools = inputs.tools.clone().unwrap_or(Value::Null);

@@ -5,11 +5,14 @@ pub mod anthropic;
 pub mod bound;
 mod chat_api;
 pub mod cuts;
+pub mod encoder;
 pub mod fast;
+pub mod model;
 pub mod ollama;
 pub mod preprocess;
 pub mod py;
 pub mod responses;
+pub mod serving;
 pub mod template;
 pub mod tokenizer;
 
@@ -19,7 +22,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use bound::BoundRule;
+pub use encoder::Encoder;
 pub use fast::{Chunking, Tally};
+pub use model::ModelFiles;
+pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
@@ -195,13 +201,18 @@ pub enum LoadError {
     Invalid { path: String, message: String },
 }
 
-/// Everything needed to count one model's prompts.
+/// Everything needed to count one model's prompts: its files, and the
+/// serving profile they are counted under (the server's configuration and
+/// the encoder it selects).
 pub struct ModelCounter {
-    tokenizer: Option<TextTokenizer>,
-    /// The chat template, or why it could not be compiled (chat is then refused).
-    template: Result<ChatTemplate, String>,
-    /// transformers 5.19's `special_tokens_map`, spread into the template variables.
-    special_tokens: Vec<(String, String)>,
+    files: Arc<ModelFiles>,
+    server: Arc<ServerConfig>,
+    encoder: Encoder,
+    /// `TemplateManager.jinja_template_content_format`.
+    content_format: ContentFormat,
+    /// `default_chat_template_kwargs["chat_template"]`, compiled: every
+    /// request renders with it (`apply_chat_template(chat_template=...)`).
+    kwarg_template: Option<(String, Arc<ChatTemplate>)>,
     /// A Qwen3(-VL) reranker template: SGLang then scores rerank requests through
     /// a prompt it renders itself rather than cross-encoder pairs.
     decoder_reranker: bool,
@@ -316,35 +327,88 @@ impl Clock {
 }
 
 impl ModelCounter {
-    /// Loads `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja`
-    /// from a directory. A directory with only a template can render but not count.
+    /// Loads a model directory and counts as a server with SGLang's
+    /// default flags would (see [`Self::for_server`]).
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
-        let config = TokenizerConfig::load(dir)?;
-        let tokenizer = TextTokenizer::load(dir)?;
-        let special_tokens = match &tokenizer {
-            Some(t) => t.special_tokens().to_vec(),
-            None => config.special_tokens_map(
-                TokenizerClass::from_declared(config.declared_class())
-                    .unwrap_or(TokenizerClass::Backend),
-            ),
+        let files = Arc::new(ModelFiles::load(dir)?);
+        Self::for_server(files, Arc::new(ServerConfig::default())).map_err(|problems| {
+            LoadError::Invalid {
+                path: dir.display().to_string(),
+                message: problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            }
+        })
+    }
+
+    /// Counts `files` as a server configured as `server` does: the encoder
+    /// it selects, its template, its default kwargs. Fails with the
+    /// settings the guard does not model.
+    pub fn for_server(
+        files: Arc<ModelFiles>,
+        server: Arc<ServerConfig>,
+    ) -> Result<Self, Vec<Unmodelled>> {
+        let selected = encoder::select(&files, &server)?;
+        let kwarg_template = match server.default_chat_template_kwargs.get("chat_template") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(source)) => {
+                let compiled = ChatTemplate::new(source).map_err(|e| {
+                    vec![Unmodelled {
+                        setting: "default_chat_template_kwargs",
+                        value: serving::show(&Value::String(source.clone())),
+                        why: format!("its chat_template does not compile: {e}"),
+                    }]
+                })?;
+                Some((source.clone(), Arc::new(compiled)))
+            }
+            Some(other) => {
+                return Err(vec![Unmodelled {
+                    setting: "default_chat_template_kwargs",
+                    value: serving::show(other),
+                    why: "its chat_template is not a string".into(),
+                }])
+            }
         };
-        let source = chat_template_source(dir, &config)?;
-        let decoder_reranker = source.as_deref().is_some_and(is_decoder_reranker_template);
-        let template = match &source {
-            Some(source) => ChatTemplate::new(source)
-                .map_err(|e| format!("chat template does not compile: {e}")),
-            None => Err("this model has no chat template".to_owned()),
-        };
-        let api =
-            chat_api::ModelTraits::load(dir, &config, source.as_deref(), template.as_ref().ok())?;
+        let source = selected
+            .encoder
+            .jinja()
+            .and_then(|j| j.template.as_ref().ok())
+            .map(|(s, t)| (s.clone(), t.clone()));
+        let decoder_reranker = source
+            .as_ref()
+            .is_some_and(|(s, _)| is_decoder_reranker_template(s));
+        let api = chat_api::ModelTraits::new(
+            &files,
+            server.arch.as_ref().or(files.arch()),
+            source.as_ref().map(|(s, t)| (&**s, &**t)),
+        );
         Ok(Self {
-            tokenizer,
-            template,
-            special_tokens,
+            files,
+            server,
+            encoder: selected.encoder,
+            content_format: selected.content_format,
+            kwarg_template,
             decoder_reranker,
             api,
             media: MediaBounds::default(),
         })
+    }
+
+    /// The files this counter counts with (shared by every profile).
+    pub fn files(&self) -> &Arc<ModelFiles> {
+        &self.files
+    }
+
+    /// The server configuration this counter counts under.
+    pub fn server(&self) -> &ServerConfig {
+        &self.server
+    }
+
+    /// The encoder chat requests go through.
+    pub fn encoder(&self) -> &Encoder {
+        &self.encoder
     }
 
     /// Admits media items of the kinds `bounds` sets, each counted as its bound.
@@ -360,12 +424,12 @@ impl ModelCounter {
     fn chat_options(&self) -> preprocess::Options {
         preprocess::Options {
             media: self.media,
-            ..Default::default()
+            ..preprocess::Options::for_server(&self.server)
         }
     }
 
     pub fn can_count(&self) -> bool {
-        self.tokenizer.is_some()
+        self.files.tokenizer.is_some()
     }
 
     /// The token count SGLang computes for one unit, exactly.
@@ -395,7 +459,8 @@ impl ModelCounter {
     /// without one, [`Self::decide_by_bound`] only decides units that need
     /// no tokenizer.
     pub fn has_bound(&self) -> bool {
-        self.tokenizer
+        self.files
+            .tokenizer
             .as_ref()
             .is_some_and(|t| t.bound_rule().has_bound())
     }
@@ -501,6 +566,12 @@ impl ModelCounter {
         text: &str,
         add_special_tokens: bool,
     ) -> Result<usize, CountError> {
+        if self.server.skip_tokenizer_init {
+            // `TokenizerManager._tokenize_texts` raises without a tokenizer.
+            return Err(CountError::invalid(
+                "the server runs with --skip-tokenizer-init: it accepts token ids (input_ids) only",
+            ));
+        }
         let tokenizer = self.tokenizer()?;
         if ctx.bound {
             ctx.used_bound.set(true);
@@ -552,15 +623,38 @@ impl ModelCounter {
     }
 
     fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
-        self.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
+        self.files.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
     }
 
     fn content_format(&self) -> ContentFormat {
-        // No template: SGLang's TemplateManager defaults to "string".
-        self.template
+        self.content_format
+    }
+
+    /// The template the Jinja path renders with: the server's default-kwargs
+    /// `chat_template` when it has one, else `TemplateManager`'s.
+    fn jinja_template(&self, inputs: &ChatInputs) -> Result<&ChatTemplate, CountError> {
+        match (&inputs.template_override, &self.kwarg_template) {
+            (None, _) => {}
+            (Some(src), Some((kwarg, compiled))) if src == kwarg => return Ok(compiled),
+            (Some(_), _) => {
+                return Err(CountError::Unsupported(
+                    "chat_template_kwargs.chat_template: SGLang would render a template supplied by the \
+                     request; the guard does not count prompts with client templates"
+                        .into(),
+                ))
+            }
+        }
+        let jinja = self.encoder.jinja().ok_or_else(|| {
+            CountError::Unsupported(format!(
+                "the {} encoder renders no Jinja template",
+                self.encoder.name()
+            ))
+        })?;
+        jinja
+            .template
             .as_ref()
-            .map(ChatTemplate::content_format)
-            .unwrap_or(ContentFormat::String)
+            .map(|(_, t)| &**t)
+            .map_err(|e| CountError::Template(e.clone()))
     }
 
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
@@ -602,17 +696,14 @@ impl ModelCounter {
     /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
     /// once with each tool flattened to its `function`, and reports the retry's error.
     fn render(&self, inputs: &ChatInputs, clock: Clock) -> Result<String, CountError> {
-        let template = self
-            .template
-            .as_ref()
-            .map_err(|e| CountError::Template(e.clone()))?;
+        let template = self.jinja_template(inputs)?;
         let now = clock.now();
         let first = RenderContext {
             messages: &inputs.messages,
             tools: inputs.tools.as_ref(),
             documents: inputs.documents.as_ref(),
             add_generation_prompt: true,
-            special_tokens: &self.special_tokens,
+            special_tokens: &self.files.special_tokens,
             extra: &inputs.extra,
             now,
         };
@@ -630,32 +721,6 @@ impl ModelCounter {
     }
 }
 
-/// The template SGLang uses when started without `--chat-template`: transformers
-/// reads `chat_template.jinja` in preference to `tokenizer_config.json`'s
-/// `chat_template`; a list of named templates becomes a dict, of which
-/// `TemplateManager._select_named_template` takes the first.
-fn chat_template_source(dir: &Path, config: &TokenizerConfig) -> Result<Option<String>, LoadError> {
-    let path = dir.join("chat_template.jinja");
-    match std::fs::read_to_string(&path) {
-        Ok(s) => return Ok(Some(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(LoadError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })
-        }
-    }
-    Ok(match config.get("chat_template") {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Array(list)) => list
-            .iter()
-            .find_map(|t| t.get("template").and_then(Value::as_str))
-            .map(str::to_owned),
-        Some(Value::Object(map)) => map.values().find_map(Value::as_str).map(str::to_owned),
-        _ => None,
-    })
-}
 /// `serving_rerank.py::_is_qwen3_reranker_template` (the VL variant contains it).
 fn is_decoder_reranker_template(source: &str) -> bool {
     let t = source.to_lowercase();

@@ -17,9 +17,12 @@
 //! refuse for an unrelated field may be counted here, which can only over-admit a
 //! request SGLang itself then refuses.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use super::py::{self, lax_bool, lax_int};
+use super::serving::ServerConfig;
 use super::template::ContentFormat;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
@@ -59,6 +62,33 @@ pub struct Options {
     /// The model's multimodal opt-in: media parts of a kind with a bound are
     /// admitted and charged that bound each; the others are refused.
     pub media: MediaBounds,
+    /// `--default-chat-template-kwargs`, merged in by `_process_messages`.
+    pub default_kwargs: Arc<Map<String, Value>>,
+    /// `--trust-request-chat-template`: `_validate_request` lets a request's
+    /// own `chat_template` kwarg through (the guard then refuses to count it).
+    pub trust_request_chat_template: bool,
+}
+
+impl Options {
+    /// The options a server configured as `server` applies to every request.
+    pub fn for_server(server: &ServerConfig) -> Self {
+        Options {
+            default_kwargs: Arc::new(server.default_chat_template_kwargs.clone()),
+            trust_request_chat_template: server.trust_request_chat_template,
+            ..Options::default()
+        }
+    }
+
+    /// `self` with the route's own stages of `route` (how a converted
+    /// request travels the chat path).
+    pub fn with(self, route: &Options) -> Self {
+        Options {
+            skip_validate_request: route.skip_validate_request,
+            skip_convert_to_internal: route.skip_convert_to_internal,
+            assigned_reasoning_effort: route.assigned_reasoning_effort.clone(),
+            ..self
+        }
+    }
 }
 
 /// What SGLang renders for a chat request, or the ids it takes verbatim.
@@ -70,7 +100,7 @@ pub enum Prepared {
 }
 
 /// The arguments SGLang passes to `apply_chat_template`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ChatInputs {
     /// The processed messages (a JSON array), keys in `model_dump` order.
     pub messages: Value,
@@ -86,6 +116,9 @@ pub struct ChatInputs {
     /// The configured upper bounds of the admitted media parts, summed: added
     /// to the text's count (the multimodal opt-in; 0 without media).
     pub media_tokens: usize,
+    /// `chat_template=` among the kwargs: `apply_chat_template` renders that
+    /// template instead of the model's.
+    pub template_override: Option<String>,
 }
 
 impl ChatInputs {
@@ -777,6 +810,7 @@ pub fn prepare_with(
         return Err(invalid("Messages cannot be empty."));
     }
     if validate
+        && !opts.trust_request_chat_template
         && ctk
             .as_ref()
             .is_some_and(|m| !m.is_empty() && m.contains_key("chat_template"))
@@ -919,6 +953,20 @@ pub fn prepare_with(
     }
 
     // --- `_process_messages` ----------------------------------------------------------
+    // The server's `--default-chat-template-kwargs`, under the request's own.
+    if !opts.default_kwargs.is_empty() {
+        let merged = ctk.get_or_insert_with(Map::new);
+        for (k, v) in opts.default_kwargs.iter() {
+            if !merged.contains_key(k) {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        if reasoning_effort.is_none() {
+            if let Some(e) = merged.get("reasoning_effort").filter(|e| !e.is_null()) {
+                reasoning_effort = Some(e.clone());
+            }
+        }
+    }
     if let Some(n) = input_ids {
         if n == 0 {
             return Err(invalid_param("input_ids cannot be empty.", "input_ids"));
@@ -987,7 +1035,7 @@ pub fn prepare_with(
             extra.insert(k, v);
         }
     }
-    let documents = apply_chat_template_arguments(&mut extra)?;
+    let (documents, template_override) = apply_chat_template_arguments(&mut extra)?;
 
     Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
@@ -996,6 +1044,7 @@ pub fn prepare_with(
         extra,
         assistant_prefix,
         media_tokens,
+        template_override,
     })))
 }
 
@@ -1014,10 +1063,10 @@ fn media_kind(part_type: &str) -> MediaKind {
 /// inside it: keys that collide with those keyword arguments raise `TypeError`
 /// (both of SGLang's attempts fail, so the request is refused); keys that are
 /// named parameters of `apply_chat_template` are consumed and never reach the
-/// template. Returns `documents`.
+/// template. Returns `documents` and the `chat_template` that replaces the model's.
 fn apply_chat_template_arguments(
     extra: &mut Map<String, Value>,
-) -> Result<Option<Value>, CountError> {
+) -> Result<(Option<Value>, Option<String>), CountError> {
     for key in [
         "tokenize",
         "tools",
@@ -1033,16 +1082,19 @@ fn apply_chat_template_arguments(
             )));
         }
     }
-    // `chat_template=` replaces the model's template. `_validate_request` refuses it,
-    // but `/v1/responses` skips that check and SGLang renders the client's template.
-    match extra.shift_remove("chat_template") {
-        None | Some(Value::Null) => {}
+    // `chat_template=` replaces the model's template: the server's default
+    // kwargs may carry one (the counter has it compiled); one from the
+    // request (`/v1/responses` skips `_validate_request`'s refusal, as does
+    // `--trust-request-chat-template`) the counter refuses.
+    let template_override = match extra.shift_remove("chat_template") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
         Some(_) => return Err(CountError::Unsupported(
             "chat_template_kwargs.chat_template: SGLang would render a template supplied by the \
                  request; the guard does not count prompts with client templates"
                 .into(),
         )),
-    }
+    };
     // Consumed; with tokenize=False they have no effect.
     for key in [
         "padding",
@@ -1072,15 +1124,18 @@ fn apply_chat_template_arguments(
         ));
     }
     // `render_jinja_template` iterates documents and requires each to be a dict.
-    match extra.shift_remove("documents") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Array(a)) if a.iter().all(Value::is_object) => Ok(Some(Value::Array(a))),
-        Some(Value::Object(o)) if o.is_empty() => Ok(Some(Value::Object(o))),
-        Some(Value::String(s)) if s.is_empty() => Ok(Some(Value::String(s))),
-        Some(_) => Err(CountError::Template(
-            "Documents should be a list of dicts with 'title' and 'text' keys!".into(),
-        )),
-    }
+    let documents = match extra.shift_remove("documents") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) if a.iter().all(Value::is_object) => Some(Value::Array(a)),
+        Some(Value::Object(o)) if o.is_empty() => Some(Value::Object(o)),
+        Some(Value::String(s)) if s.is_empty() => Some(Value::String(s)),
+        Some(_) => {
+            return Err(CountError::Template(
+                "Documents should be a list of dicts with 'title' and 'text' keys!".into(),
+            ))
+        }
+    };
+    Ok((documents, template_override))
 }
 
 /// `msg.model_dump()` → `normalize_assistant_tool_call_arguments` → `content=""` for

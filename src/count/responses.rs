@@ -255,9 +255,8 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         options: Options {
             skip_validate_request: true,
             skip_convert_to_internal: true,
-            assigned_reasoning_effort: None,
-            // Set by the counter from the model's opt-in.
-            media: Default::default(),
+            // The rest (media, server defaults) the counter sets.
+            ..Options::default()
         },
     })
 }

@@ -1,0 +1,273 @@
+//! How a model turns chat messages into prompt ids: chosen once per model
+//! and serving profile, as SGLang 0.5.23 chooses.
+//!
+//! SGLang's choice, in its order:
+//! 1. `TemplateManager.load_chat_template`: `--chat-template` (a
+//!    conversation template, a Python template, a `.jinja` file), else a
+//!    conversation template inferred from the model path, else the
+//!    checkpoint's Hugging Face template (the processor's on a multimodal
+//!    server; `--hf-chat-template-name` among named ones), replaced by a
+//!    Python template (GLM-5.3) where the architecture and template say so;
+//! 2. `chat_encoding.resolve_chat_encoding_spec`: `--tool-call-parser`,
+//!    then the architecture, pick a model-specific encoder (dsv32, dsv4,
+//!    dsv41, kimi_k3, inkling), which replaces the template on the chat path;
+//! 3. a conversation template overrides every encoder.
+//!
+//! [`select`] mirrors that and returns the [`Encoder`], or the settings
+//! that make it one the guard does not model. Adding an encoder is one
+//! module beside this one and one arm in [`select`] and [`Encoder`].
+
+use std::sync::Arc;
+
+use super::model::ModelFiles;
+use super::serving::{conversation_template_for, show, ChatTemplateArg, ServerConfig, Unmodelled};
+use super::template::{detect_content_format, ChatTemplate, ContentFormat};
+
+/// The Jinja path (`_apply_jinja_template` → `apply_chat_template`): the
+/// template SGLang's `TemplateManager` settled on, or why there is none.
+#[derive(Clone)]
+pub struct Jinja {
+    /// `tokenizer.chat_template` after `TemplateManager` (its source, for the
+    /// probes that read the text), or the reason chat cannot be rendered.
+    pub template: Result<(Arc<str>, Arc<ChatTemplate>), String>,
+}
+
+/// The encoder a model's chat requests go through.
+#[derive(Clone)]
+pub enum Encoder {
+    /// A Hugging Face Jinja template.
+    Jinja(Jinja),
+}
+
+/// What [`select`] settled on: the encoder and the facts SGLang derives
+/// from the same choice.
+pub struct Selected {
+    pub encoder: Encoder,
+    /// `TemplateManager.jinja_template_content_format`.
+    pub content_format: ContentFormat,
+}
+
+impl Encoder {
+    /// The Jinja template, when the chat path renders one.
+    pub fn jinja(&self) -> Option<&Jinja> {
+        match self {
+            Encoder::Jinja(j) => Some(j),
+        }
+    }
+
+    /// A short name for logs, `audit` and the README's model table.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Encoder::Jinja(_) => "jinja",
+        }
+    }
+}
+
+/// `--chat-template FILE.jinja` as `TemplateManager._load_jinja_template`
+/// loads it: the file with surrounding newlines stripped and every literal
+/// `\n` (backslash, n) turned into a newline.
+pub fn load_jinja_file(path: &str) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    Ok(text.trim_matches('\n').replace("\\n", "\n"))
+}
+
+fn compile(source: String) -> Result<(Arc<str>, Arc<ChatTemplate>), String> {
+    ChatTemplate::new(&source)
+        .map(|t| (Arc::from(source), Arc::new(t)))
+        .map_err(|e| format!("chat template does not compile: {e}"))
+}
+
+fn unmodelled(setting: &'static str, value: &str, why: impl Into<String>) -> Vec<Unmodelled> {
+    vec![Unmodelled {
+        setting,
+        value: show(&serde_json::Value::String(value.to_string())),
+        why: why.into(),
+    }]
+}
+
+/// The encoder SGLang uses for this model under `cfg`, or why the guard
+/// cannot count it.
+pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Unmodelled>> {
+    let arch = cfg
+        .arch
+        .clone()
+        .or_else(|| files.arch.clone())
+        .unwrap_or_default();
+    if cfg.trust_remote_code && files.has_remote_tokenizer_code() {
+        return Err(unmodelled(
+            "trust_remote_code",
+            "true",
+            "the tokenizer_config.json names a tokenizer class in the checkpoint's own code (auto_map), \
+             which the server runs and the guard does not",
+        ));
+    }
+    if cfg.multimodal
+        && files
+            .tokenizer
+            .as_ref()
+            .is_some_and(|t| t.auto_adds_specials())
+    {
+        return Err(unmodelled(
+            "has_image_understanding",
+            "true",
+            "a multimodal server decodes text-only prompts and encodes them again with special tokens, \
+             which adds a BOS for this tokenizer; the guard does not model that",
+        ));
+    }
+
+    // 1. TemplateManager.load_chat_template.
+    let template_source: Option<String> = match &cfg.chat_template {
+        Some(ChatTemplateArg::Jinja { path }) => {
+            Some(load_jinja_file(path).map_err(|e| {
+                unmodelled(
+                    "chat_template",
+                    path,
+                    format!(
+                        "the server renders with this file; give the guard the same file at the same path ({e})"
+                    ),
+                )
+            })?)
+        }
+        Some(ChatTemplateArg::Python(name)) => {
+            return Err(unmodelled(
+                "chat_template",
+                name,
+                "SGLang's GLM-5.3 Python template is not modelled by this build",
+            ))
+        }
+        Some(ChatTemplateArg::Conversation(name)) => {
+            return Err(unmodelled(
+                "chat_template",
+                name,
+                "an SGLang conversation template, which the guard does not model",
+            ))
+        }
+        None => {
+            if let Some(name) = cfg
+                .model_path
+                .as_deref()
+                .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
+            {
+                return Err(unmodelled(
+                    "model_path",
+                    cfg.model_path.as_deref().unwrap_or_default(),
+                    format!(
+                        "SGLang infers the conversation template `{name}` from this model path or type and \
+                         renders with it; the guard does not model conversation templates"
+                    ),
+                ));
+            }
+            let hf = files
+                .hf_template(cfg.multimodal, cfg.hf_chat_template_name.as_deref())
+                .map_err(|e| {
+                    unmodelled(
+                        "hf_chat_template_name",
+                        cfg.hf_chat_template_name.as_deref().unwrap_or_default(),
+                        e,
+                    )
+                })?;
+            if let Some(t) = &hf {
+                if python_template_for(&arch.architectures, t).is_some() {
+                    return Err(unmodelled(
+                        "architectures",
+                        arch.first(),
+                        "SGLang renders this GLM-5.3 checkpoint with its Python template, which this build does not model",
+                    ));
+                }
+            }
+            hf
+        }
+    };
+
+    // 2. chat_encoding.resolve_chat_encoding_spec.
+    if let Some(spec) = encoding_spec(
+        cfg.tool_call_parser.as_deref(),
+        &arch,
+        template_source.is_some(),
+    ) {
+        let (setting, value) = match cfg.tool_call_parser.as_deref() {
+            Some(p @ ("deepseekv41" | "deepseekv4" | "deepseekv32" | "kimi_k3")) => {
+                ("tool_call_parser", p.to_string())
+            }
+            _ => ("architectures", arch.first().to_string()),
+        };
+        return Err(unmodelled(
+            setting,
+            &value,
+            format!("SGLang encodes this model's chat with its `{spec}` encoder, which this build does not model"),
+        ));
+    }
+
+    let content_format = template_source
+        .as_deref()
+        .map_or(ContentFormat::String, detect_content_format);
+    let template = match template_source {
+        Some(source) => compile(source),
+        None => Err("this model has no chat template".to_owned()),
+    };
+    Ok(Selected {
+        encoder: Encoder::Jinja(Jinja { template }),
+        content_format,
+    })
+}
+
+/// `chat_encoding.resolve_chat_encoding_spec`.
+pub fn encoding_spec(
+    tool_call_parser: Option<&str>,
+    arch: &super::serving::Arch,
+    has_chat_template: bool,
+) -> Option<&'static str> {
+    match tool_call_parser {
+        Some("deepseekv41") => return Some("dsv41"),
+        Some("deepseekv4") => return Some("dsv4"),
+        Some("deepseekv32") => return Some("dsv32"),
+        Some("kimi_k3") => return Some("kimi_k3"),
+        _ => {}
+    }
+    let first = arch.first();
+    if arch.model_type.as_deref() == Some("deepseek_v41") || first.contains("DeepseekV41") {
+        return Some("dsv41");
+    }
+    if first.contains("DeepseekV4") {
+        return Some("dsv4");
+    }
+    if first.contains("KimiK3") {
+        return Some("kimi_k3");
+    }
+    if first.contains("InklingForConditionalGeneration") {
+        return Some("inkling");
+    }
+    if first.contains("DeepseekV3") && !has_chat_template {
+        return Some("dsv32");
+    }
+    None
+}
+
+/// `python_chat_template.resolve_python_chat_template`: the GLM-5.3 Python
+/// template replaces a GLM-5.3-style checkpoint template on its architectures.
+pub fn python_template_for(architectures: &[String], hf_template: &str) -> Option<&'static str> {
+    let name = match architectures.first().map(String::as_str) {
+        Some("GlmMoeDsaForCausalLM") => "glm-5.3",
+        Some("Glm5NextForConditionalGeneration") => "glm-5.3-flash",
+        _ => return None,
+    };
+    if !is_glm53_template(hf_template) {
+        return None;
+    }
+    let multimodal = hf_template.contains("<|begin_of_image|>");
+    (multimodal == (name == "glm-5.3-flash")).then_some(name)
+}
+
+/// `template_detection.is_glm53_template`.
+pub fn is_glm53_template(t: &str) -> bool {
+    [
+        "[gMASK]<sop>",
+        "Reasoning Effort:",
+        "<tool_call>",
+        "<arg_key>",
+        "<arg_value>",
+    ]
+    .iter()
+    .all(|m| t.contains(m))
+        && !t.contains("enable_thinking")
+}
