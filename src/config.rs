@@ -3,11 +3,14 @@
 //! The flags and variables are declared in `cli.rs`; this module owns the
 //! shape, the defaults and the validation.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::count::serving::{Observed, SglangEnv};
 
 /// The effective configuration of `prefill-guard serve`.
 #[derive(Debug, Clone)]
@@ -108,6 +111,8 @@ pub struct ModelConfig {
     /// configured upper bound of tokens per media item, counted into L. A kind
     /// without one is refused.
     pub media: crate::count::MediaBounds,
+    /// The prefill server's settings as configured.
+    pub server: StaticServer,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
@@ -184,6 +189,79 @@ pub struct RawModel {
     pub multimodal_video_tokens: Option<usize>,
     /// Multimodal opt-in: tokens charged per audio clip (an upper bound); absent: audio refused.
     pub multimodal_audio_tokens: Option<usize>,
+    // The prefill server's own settings that change prompt ids, under
+    // SGLang's names (`count::serving::SETTINGS`), for deployments without
+    // discovery; with it they must agree with what the workers report.
+    /// `--default-chat-template-kwargs`: a table, or SGLang's JSON string.
+    pub default_chat_template_kwargs: Option<serde_json::Value>,
+    pub tool_call_parser: Option<String>,
+    pub reasoning_parser: Option<String>,
+    /// `--chat-template`: a built-in name or a `.jinja` file the guard can read.
+    pub chat_template: Option<String>,
+    pub hf_chat_template_name: Option<String>,
+    pub completion_template: Option<String>,
+    pub trust_request_chat_template: Option<bool>,
+    /// `--tokenizer-path`, stated when the guard's tokenizer is that one.
+    pub tokenizer_path: Option<String>,
+    /// The server's environment values that change ids (`SGLANG_DEFAULT_THINKING`, ...).
+    pub sglang_env: Option<BTreeMap<String, String>>,
+}
+
+impl RawModel {
+    /// The static observation and environment the server settings make, checked.
+    pub fn static_server(&self) -> Result<StaticServer, String> {
+        let revision = self.revision.as_deref();
+        let mut observed = Observed::default();
+        if let Some(v) = &self.default_chat_template_kwargs {
+            let v = match v {
+                serde_json::Value::String(s) => serde_json::from_str(s)
+                    .map_err(|e| format!("default_chat_template_kwargs is not JSON: {e}"))?,
+                v => v.clone(),
+            };
+            if !v.is_object() {
+                return Err("default_chat_template_kwargs must be a table (a JSON object)".into());
+            }
+            observed.set("default_chat_template_kwargs", v);
+        }
+        for (name, value) in [
+            ("tool_call_parser", &self.tool_call_parser),
+            ("reasoning_parser", &self.reasoning_parser),
+            ("chat_template", &self.chat_template),
+            ("hf_chat_template_name", &self.hf_chat_template_name),
+            ("completion_template", &self.completion_template),
+            ("tokenizer_path", &self.tokenizer_path),
+        ] {
+            if let Some(v) = value {
+                observed.set(name, serde_json::Value::String(v.clone()));
+            }
+        }
+        if let Some(b) = self.trust_request_chat_template {
+            observed.set("trust_request_chat_template", serde_json::Value::Bool(b));
+        }
+        if let Some(r) = revision {
+            observed.set("revision", serde_json::Value::String(r.to_string()));
+        }
+        let (env, env_observed) = SglangEnv::parse(
+            self.sglang_env
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
+        Ok(StaticServer {
+            observed: observed.overlaid(&env_observed),
+            env,
+        })
+    }
+}
+
+/// The server settings the configuration states for a model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StaticServer {
+    /// What the configuration says, in discovery's terms (compared with the
+    /// workers' answers).
+    pub observed: Observed,
+    /// The environment values (never visible over HTTP).
+    pub env: SglangEnv,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +348,27 @@ impl RawConfig {
                     .model
                     .multimodal_audio_tokens
                     .or(self.model.multimodal_audio_tokens),
+                default_chat_template_kwargs: over
+                    .model
+                    .default_chat_template_kwargs
+                    .or(self.model.default_chat_template_kwargs),
+                tool_call_parser: over.model.tool_call_parser.or(self.model.tool_call_parser),
+                reasoning_parser: over.model.reasoning_parser.or(self.model.reasoning_parser),
+                chat_template: over.model.chat_template.or(self.model.chat_template),
+                hf_chat_template_name: over
+                    .model
+                    .hf_chat_template_name
+                    .or(self.model.hf_chat_template_name),
+                completion_template: over
+                    .model
+                    .completion_template
+                    .or(self.model.completion_template),
+                trust_request_chat_template: over
+                    .model
+                    .trust_request_chat_template
+                    .or(self.model.trust_request_chat_template),
+                tokenizer_path: over.model.tokenizer_path.or(self.model.tokenizer_path),
+                sglang_env: over.model.sglang_env.or(self.model.sglang_env),
             },
             models: if over.models.is_empty() {
                 self.models
@@ -337,6 +436,9 @@ impl RawModel {
                 )));
             }
         }
+        let server = self
+            .static_server()
+            .map_err(|e| ConfigError(format!("model `{name}`: {e}")))?;
         Ok(ModelConfig {
             name,
             tokenizer,
@@ -348,6 +450,7 @@ impl RawModel {
                 video: self.multimodal_video_tokens,
                 audio: self.multimodal_audio_tokens,
             },
+            server,
         })
     }
 }

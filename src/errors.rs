@@ -55,6 +55,14 @@ pub enum Reason {
     /// No limit is known for the model (discovery has not succeeded yet).
     #[error("no prompt limit is known for model `{0}` yet")]
     LimitUnknown(String),
+    /// The model's serving profile says the guard cannot count it exactly
+    /// (a server setting it does not model, workers that disagree, an
+    /// undercount found by verification).
+    #[error("{}", not_served_message(model, why))]
+    NotServed {
+        model: String,
+        why: crate::policy::NotServed,
+    },
     #[error("the guard is overloaded")]
     Overloaded,
     #[error("upstream unavailable: {0}")]
@@ -94,7 +102,9 @@ impl Reason {
             Reason::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             Reason::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Reason::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Reason::LimitUnknown(_) | Reason::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            Reason::LimitUnknown(_) | Reason::NotServed { .. } | Reason::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Reason::UpstreamUnavailable(_) => StatusCode::BAD_GATEWAY,
             Reason::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             Reason::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -119,6 +129,11 @@ impl Reason {
             Reason::BodyTooLarge { .. } => "body_too_large",
             Reason::UnsupportedMediaType(_) => "unsupported_media_type",
             Reason::LimitUnknown(_) => "limit_unknown",
+            Reason::NotServed { why, .. } => match why {
+                crate::policy::NotServed::Unmodelled(_) => "server_config_unmodelled",
+                crate::policy::NotServed::Disagrees { .. } => "server_config_disagrees",
+                crate::policy::NotServed::Undercount(_) => "count_check_failed",
+            },
             Reason::Overloaded => "overloaded",
             Reason::UpstreamUnavailable(_) => "upstream_unavailable",
             Reason::UpstreamTimeout => "upstream_timeout",
@@ -207,8 +222,30 @@ impl Reason {
         match self {
             Reason::Overloaded => Some(1),
             Reason::LimitUnknown(_) => Some(5),
+            Reason::NotServed { .. } => Some(30),
             _ => None,
         }
+    }
+}
+
+/// A client sees which setting holds the model back, never its value
+/// (values can be file paths or templates; the guard's log has them).
+fn not_served_message(model: &str, why: &crate::policy::NotServed) -> String {
+    use crate::policy::NotServed;
+    let settings = why.settings().join(", ");
+    match why {
+        NotServed::Unmodelled(_) => format!(
+            "model `{model}` is not served: its prefill server runs with a setting the guard does not \
+             model ({settings}), so prompts cannot be counted exactly; the operator's log says what to configure"
+        ),
+        NotServed::Disagrees { .. } => format!(
+            "model `{model}` is not served: its prefill workers and the guard's configuration disagree \
+             on {settings}, which changes prompt lengths; the operator's log says which"
+        ),
+        NotServed::Undercount(_) => format!(
+            "model `{model}` is not served: a sampled check found the guard counting fewer tokens than \
+             the server; it stays out of service until the operator reloads the guard"
+        ),
     }
 }
 

@@ -12,13 +12,7 @@ use tokio::sync::Semaphore;
 use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit};
 use crate::errors::Reason;
 use crate::inspect::{self, json, Route};
-use crate::policy::{self, Limits};
-
-/// One served model.
-pub struct Model {
-    pub name: String,
-    pub counter: Arc<ModelCounter>,
-}
+use crate::policy::{self, Profiles};
 
 /// The verdict on one request, with what the metrics and the decision log need.
 #[derive(Debug)]
@@ -57,25 +51,27 @@ pub struct Guard {
 /// thread, which decides large bodies whole.
 #[derive(Clone)]
 struct Core {
-    models: Arc<[Model]>,
-    limits: Arc<Limits>,
+    /// The served model names, in configuration order.
+    models: Arc<[String]>,
+    /// Each model's limit and counter, read once per request.
+    profiles: Arc<Profiles>,
     clock: Clock,
     /// Never accept by the upper bound (`exact_counting`).
     exact_counting: bool,
 }
 
-/// A parsed request, with the served model that counts it and its limit.
-struct Inspected<'a> {
+/// A parsed request, with the counter and limit of its model's profile.
+struct Inspected {
     value: Arc<serde_json::Value>,
     units: Vec<Unit>,
-    model: &'a Model,
+    counter: Arc<ModelCounter>,
     limit: usize,
 }
 
 impl Guard {
     pub fn new(
-        models: Vec<Model>,
-        limits: Arc<Limits>,
+        models: Vec<String>,
+        profiles: Arc<Profiles>,
         workers: usize,
         queue: usize,
         clock: Clock,
@@ -84,7 +80,7 @@ impl Guard {
         Self {
             core: Core {
                 models: models.into(),
-                limits,
+                profiles,
                 clock,
                 exact_counting: false,
             },
@@ -105,12 +101,25 @@ impl Guard {
         self
     }
 
-    pub fn limits(&self) -> &Arc<Limits> {
-        &self.core.limits
+    pub fn profiles(&self) -> &Arc<Profiles> {
+        &self.core.profiles
     }
 
     pub fn model_names(&self) -> impl Iterator<Item = &str> {
-        self.core.models.iter().map(|m| m.name.as_str())
+        self.core.models.iter().map(String::as_str)
+    }
+
+    /// The served models that cannot serve now, with why (readiness).
+    pub fn not_ready(&self) -> Vec<(String, String)> {
+        let ready = self.core.profiles.not_ready();
+        self.core
+            .models
+            .iter()
+            .filter_map(|m| match self.core.profiles.get(m) {
+                None => Some((m.clone(), "no profile".to_string())),
+                Some(_) => ready.iter().find(|(n, _)| n == m).cloned(),
+            })
+            .collect()
     }
 
     /// Decides on a request body for an inspected route. `content_type` is the
@@ -138,11 +147,11 @@ impl Guard {
         let Inspected {
             value,
             units,
-            model,
+            counter,
             limit,
         } = self.core.inspect(d, body)?;
         let started = Instant::now();
-        let counted = self.count_small(model, units, limit).await;
+        let counted = self.count_small(counter, units, limit).await;
         d.count_time = started.elapsed();
         conclude(d, &value, counted?, limit, body.len())
     }
@@ -151,27 +160,26 @@ impl Guard {
     /// that decides them (everyday traffic), else exactly on the pool.
     async fn count_small(
         &self,
-        model: &Model,
+        counter: Arc<ModelCounter>,
         units: Vec<Unit>,
         limit: usize,
     ) -> Result<Vec<Counted>, Reason> {
-        let mut policy = self.core.policy(model, limit);
+        let mut policy = self.core.policy(&counter, limit);
         // Token ids and embeddings need no tokenizer: no reason to queue them.
         if units
             .iter()
             .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
         {
-            return count_units(&model.counter, &units, policy, self.core.clock);
+            return count_units(&counter, &units, policy, self.core.clock);
         }
         if !policy.exact_only {
-            match decide_units_by_bound(&model.counter, &units, limit, self.core.clock)? {
+            match decide_units_by_bound(&counter, &units, limit, self.core.clock)? {
                 Some(counts) => return Ok(counts),
                 // Some unit needs its exact count: the pool counts them all
                 // exactly, without rendering a second time for the bound.
                 None => policy.exact_only = true,
             }
         }
-        let counter = model.counter.clone();
         let clock = self.core.clock;
         self.pool
             .run(move || count_units(&counter, &units, policy, clock))
@@ -196,7 +204,7 @@ impl Guard {
                 // Shed before parsing: the model is known only when there
                 // is one (`Core::select`), as the metrics' label.
                 if let [only] = &*self.core.models {
-                    d.model = Some(only.name.clone());
+                    d.model = Some(only.clone());
                 }
                 d.verdict = Err(shed);
                 d
@@ -208,30 +216,39 @@ impl Guard {
 
 impl Core {
     /// Parses the body, extracts its prompt units and finds its model and limit.
-    fn inspect(&self, d: &mut Decision, body: &[u8]) -> Result<Inspected<'_>, Reason> {
+    fn inspect(&self, d: &mut Decision, body: &[u8]) -> Result<Inspected, Reason> {
         let value = Arc::new(json::parse_strict(body)?);
         let request = inspect::extract(d.route, value.clone())?;
         let model = self.select(request.model.as_deref())?;
-        d.model = Some(model.name.clone());
-        let limit = self
-            .limits
-            .get(&model.name)
-            .ok_or_else(|| Reason::LimitUnknown(model.name.clone()))?;
+        d.model = Some(model.to_string());
+        // One snapshot of the profile decides the whole request.
+        let profile = self
+            .profiles
+            .get(model)
+            .ok_or_else(|| Reason::LimitUnknown(model.to_string()))?;
+        let counter = profile.counter.clone().map_err(|why| Reason::NotServed {
+            model: model.to_string(),
+            why,
+        })?;
+        let limit = profile
+            .limit
+            .ok_or_else(|| Reason::LimitUnknown(model.to_string()))?;
         d.limit = Some(limit);
+        let units = counter.server_units(d.route, &value, request.units)?;
         Ok(Inspected {
             value,
-            units: request.units,
-            model,
+            units,
+            counter,
             limit,
         })
     }
 
-    fn policy(&self, model: &Model, limit: usize) -> CountPolicy {
+    fn policy(&self, counter: &ModelCounter, limit: usize) -> CountPolicy {
         CountPolicy {
             limit: Some(limit),
             // Without a bound for this tokenizer, trying one would only
             // render every chat template twice.
-            exact_only: self.exact_counting || !model.counter.has_bound(),
+            exact_only: self.exact_counting || !counter.has_bound(),
             parallel: true,
         }
     }
@@ -241,21 +258,16 @@ impl Core {
         let Inspected {
             value,
             units,
-            model,
+            counter,
             limit,
         } = self.inspect(d, body)?;
-        let counts = count_units(
-            &model.counter,
-            &units,
-            self.policy(model, limit),
-            self.clock,
-        )?;
+        let counts = count_units(&counter, &units, self.policy(&counter, limit), self.clock)?;
         conclude(d, &value, counts, limit, body.len())
     }
 
     /// With one model, every request is counted with it whatever `model` says,
     /// as a single-model SGLang does; with several, `model` selects by served name.
-    fn select(&self, requested: Option<&str>) -> Result<&Model, Reason> {
+    fn select(&self, requested: Option<&str>) -> Result<&str, Reason> {
         if let [only] = &*self.models {
             return Ok(only);
         }
@@ -265,7 +277,8 @@ impl Core {
         })?;
         self.models
             .iter()
-            .find(|m| m.name == name)
+            .find(|m| *m == name)
+            .map(String::as_str)
             .ok_or_else(|| Reason::UnknownModel(name.to_string()))
     }
 }

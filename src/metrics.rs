@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::policy::Profile;
+
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -195,17 +197,17 @@ impl Metrics {
         InFlight(self.in_flight.clone())
     }
 
-    /// The text exposition. `limits` are read at scrape time because they may
-    /// change while the guard runs (discovery, reload).
-    pub fn render(&self, limits: &[(String, usize)]) -> String {
-        self.render_with_workers(limits, &[])
+    /// The text exposition. `profiles` are read at scrape time because they
+    /// may change while the guard runs (discovery, reload).
+    pub fn render(&self, profiles: &[(String, Arc<Profile>)]) -> String {
+        self.render_with_workers(profiles, &[])
     }
 
     /// [`Metrics::render`] plus the prefill workers discovery polls (the
     /// per-worker gauges appear only when there are workers).
     pub fn render_with_workers(
         &self,
-        limits: &[(String, usize)],
+        profiles: &[(String, Arc<Profile>)],
         workers: &[WorkerSample],
     ) -> String {
         let mut out = String::new();
@@ -222,13 +224,14 @@ impl Metrics {
             "The effective max_req_input_len per model: prompts with L >= it are refused.",
             "gauge",
         );
-        for (model, limit) in limits {
+        for (model, limit) in profiles.iter().filter_map(|(m, p)| Some((m, p.limit?))) {
             let _ = writeln!(
                 out,
                 "prefill_guard_limit_tokens{} {limit}",
                 labels(&["model"], &[model], None)
             );
         }
+        render_profiles(&mut out, profiles);
         self.limit_changes.render(&mut out);
         self.discovery_errors.render(&mut out);
         self.reloads.render(&mut out);
@@ -270,6 +273,71 @@ impl Metrics {
             labels(&["version"], &[&self.version], None)
         );
         out
+    }
+}
+
+/// Readiness and the server configuration each model is counted under.
+/// The label values are setting names (a closed set) and the operator's own
+/// server settings (bounded by the configured models), never client input.
+fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
+    header(
+        out,
+        "prefill_guard_model_ready",
+        "1 when the model's requests are counted and judged; 0 while its limit is unknown \
+         or its server configuration cannot be counted exactly (see server_config_mismatch).",
+        "gauge",
+    );
+    for (model, p) in profiles {
+        let ready = u8::from(p.not_ready().is_none());
+        let _ = writeln!(
+            out,
+            "prefill_guard_model_ready{} {ready}",
+            labels(&["model"], &[model], None)
+        );
+    }
+    header(
+        out,
+        "prefill_guard_server_config_info",
+        "Always 1: each prefill-server setting that changes prompt ids and differs from SGLang's \
+         default, as the model is counted under it.",
+        "gauge",
+    );
+    for (model, p) in profiles {
+        for (setting, value) in p.settings.iter() {
+            let value = crate::count::serving::show(value);
+            let _ = writeln!(
+                out,
+                "prefill_guard_server_config_info{} 1",
+                labels(
+                    &["model", "setting", "value"],
+                    &[model, setting, &value],
+                    None
+                )
+            );
+        }
+    }
+    header(
+        out,
+        "prefill_guard_server_config_mismatch",
+        "1 for each setting that keeps a model out of service: kind unmodelled (the guard does not \
+         model its value), disagrees (workers or the configuration disagree) or undercount (a \
+         sampled check counted fewer tokens than the server).",
+        "gauge",
+    );
+    for (model, p) in profiles {
+        if let Err(why) = &p.counter {
+            for setting in why.settings() {
+                let _ = writeln!(
+                    out,
+                    "prefill_guard_server_config_mismatch{} 1",
+                    labels(
+                        &["model", "setting", "kind"],
+                        &[model, setting, why.kind()],
+                        None
+                    )
+                );
+            }
+        }
     }
 }
 
@@ -472,6 +540,16 @@ impl HistogramVec {
 mod tests {
     use super::*;
 
+    /// A profile with only a limit (no counter: rendering never needs one).
+    fn test_profile(model: &str, limit: usize) -> (String, Arc<Profile>) {
+        let none = crate::policy::NotServed::Unmodelled(Vec::new());
+        let settings = crate::count::serving::Observed::default();
+        (
+            model.to_string(),
+            Arc::new(Profile::new(Some(limit), Err(none), settings)),
+        )
+    }
+
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let m = Metrics::new("1.2.3");
@@ -480,7 +558,7 @@ mod tests {
         m.prompt_tokens("proxy", "/generate", "m", 20);
         m.prompt_tokens("proxy", "/generate", "m", 10_000_000);
         let _held = m.in_flight();
-        let text = m.render(&[("m".into(), 100)]);
+        let text = m.render(&[test_profile("m", 100)]);
         assert!(text.contains("prefill_guard_requests_total{mode=\"proxy\",route=\"/generate\",model=\"m\",decision=\"refused\"} 1\n"));
         assert!(text.contains(
             "prefill_guard_rejections_total{mode=\"proxy\",route=\"/generate\",model=\"m\",reason=\"context_length_exceeded\"} 1\n"

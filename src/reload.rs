@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, RawConfig};
 use crate::count::Clock;
-use crate::guard::{Guard, Model};
+use crate::guard::Guard;
 use crate::metrics::Metrics;
 use crate::policy::discovery::{self, Discovery, ModelSpec};
-use crate::policy::Limits;
+use crate::policy::{profile, Profile, Profiles};
 use crate::server::{App, Apps};
 
 /// How long one discovery request may take (connect, answer, body).
@@ -119,7 +119,7 @@ impl Runtime {
                 let app = self.apps.load();
                 tracing::info!(
                     took_ms = started.elapsed().as_millis() as u64,
-                    limits = ?app.guard.limits().snapshot(),
+                    limits = ?app.guard.profiles().limits(),
                     "configuration reloaded"
                 );
                 Ok(())
@@ -148,8 +148,8 @@ impl Runtime {
             .app
             .guard
             .model_names()
-            .filter(|m| old.guard.limits().get(m).is_some())
-            .filter(|m| built.app.guard.limits().get(m).is_none())
+            .filter(|m| old.guard.profiles().limit(m).is_some())
+            .filter(|m| built.app.guard.profiles().limit(m).is_none())
             .map(str::to_string)
             .collect();
         if !lost.is_empty() {
@@ -236,37 +236,46 @@ async fn build(
     metrics: &Arc<Metrics>,
     previous: Option<&Discovery>,
 ) -> anyhow::Result<Built> {
-    let mut models = Vec::with_capacity(config.models.len());
+    let mut specs = Vec::with_capacity(config.models.len());
+    let mut initial = Vec::with_capacity(config.models.len());
     for m in &config.models {
         let started = Instant::now();
-        let mut counter = crate::cli::load_model(&m.tokenizer, &m.revision)
+        let files = crate::cli::load_files(&m.tokenizer, &m.revision)
             .await
             .with_context(|| format!("model `{}`", m.name))?;
         anyhow::ensure!(
-            counter.can_count(),
+            files.tokenizer().is_some(),
             "model `{}`: {} has no tokenizer.json, so its prompts cannot be counted",
             m.name,
             m.tokenizer
         );
+        // The configured server settings are the profile until discovery
+        // (if any) has heard from every worker.
+        let counter = profile::build_counter(&files, m.media, &m.server.observed, &m.server.env);
         tracing::info!(
             model = %m.name,
             tokenizer = %m.tokenizer,
-            static_limit = ?m.max_req_input_len,
+            static_limit = m.max_req_input_len,
             load_ms = started.elapsed().as_millis() as u64,
             "model loaded"
         );
-        counter.set_media_bounds(m.media);
-        models.push(Model {
+        if let Err(why) = &counter {
+            tracing::warn!(model = %m.name, why = %why, "the configured server settings cannot be counted exactly");
+        }
+        initial.push((
+            m.name.clone(),
+            Profile::new(m.max_req_input_len, counter, m.server.observed.clone()),
+        ));
+        specs.push(ModelSpec {
             name: m.name.clone(),
-            counter: Arc::new(counter),
+            static_limit: m.max_req_input_len,
+            margin: m.safety_margin_tokens,
+            files,
+            media: m.media,
+            server: m.server.clone(),
         });
     }
-    let limits = Arc::new(Limits::new(
-        config
-            .models
-            .iter()
-            .filter_map(|m| Some((m.name.clone(), m.max_req_input_len?))),
-    ));
+    let profiles = Arc::new(Profiles::new(initial));
     let discovery = (!config.prefill_urls.is_empty()).then(|| {
         let settings = discovery::Settings {
             workers: config
@@ -278,26 +287,18 @@ async fn build(
             connect_timeout: config.upstream_connect_timeout,
             timeout: DISCOVERY_REQUEST_TIMEOUT,
         };
-        let specs = config
-            .models
-            .iter()
-            .map(|m| ModelSpec {
-                name: m.name.clone(),
-                static_limit: m.max_req_input_len,
-                margin: m.safety_margin_tokens,
-            })
-            .collect();
         Arc::new(Discovery::new(
             &settings,
             specs,
-            limits.clone(),
+            profiles.clone(),
             metrics.clone(),
             previous,
         ))
     });
+    let names = config.models.iter().map(|m| m.name.clone()).collect();
     let guard = Guard::new(
-        models,
-        limits,
+        names,
+        profiles,
         config.count_workers,
         config.count_queue,
         Clock::Local,

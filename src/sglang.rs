@@ -34,7 +34,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    fn is_not_found(&self) -> bool {
+    pub fn is_not_found(&self) -> bool {
         matches!(self, ApiError::Status { status: 404, .. })
     }
 }

@@ -4,13 +4,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use common::{demo_guard, sample, start, words, Options, MODEL};
 use prefill_guard::count::CountMethod;
 use prefill_guard::inspect::Route;
-use prefill_guard::policy::Limits;
 use serde_json::json;
 
 fn method_series(method: &str) -> String {
@@ -90,8 +87,7 @@ async fn exact_counting_never_decides_by_the_bound() {
         (true, CountMethod::Exact, Some(2)),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let limits = Arc::new(Limits::new([(MODEL.to_string(), 50)]));
-        let guard = demo_guard(dir.path(), limits).with_exact_counting(exact);
+        let guard = demo_guard(dir.path(), Some(50)).with_exact_counting(exact);
         let d = guard
             .check(Route::Generate, Some(b"application/json"), body.clone())
             .await;

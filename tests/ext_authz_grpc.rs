@@ -397,7 +397,7 @@ async fn health_serves_every_service_name_and_readiness_follows_the_limits() {
                 ServingStatus::Serving => return,
                 s => assert_eq!(s, ServingStatus::NotServing),
             }
-            g.limits.set(MODEL, LIMIT);
+            g.profiles.set_limit(MODEL, LIMIT);
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     };

@@ -594,7 +594,7 @@ async fn not_ready_and_refusing_until_a_limit_is_known() {
     assert_eq!(a.headers["retry-after"], "5");
     assert_eq!(g.mock.state.count(), 0);
 
-    g.limits.set(MODEL, LIMIT);
+    g.profiles.set_limit(MODEL, LIMIT);
     assert_eq!(readyz().await.unwrap().status(), 200);
     assert_eq!(
         g.post("/v1/completions", &json!({"prompt": [1]}))

@@ -396,6 +396,47 @@ impl ModelCounter {
         })
     }
 
+    /// The units of a request as the server's configuration turns them:
+    /// `--completion-template` wraps a `/v1/completions` prompt for
+    /// fill-in-the-middle (`generate_completion_prompt_from_request`), a
+    /// list prompt included, which then becomes one text: Python's `str()`
+    /// of the list.
+    pub fn server_units(
+        &self,
+        route: crate::inspect::Route,
+        body: &Value,
+        units: Vec<Unit>,
+    ) -> Result<Vec<Unit>, CountError> {
+        let Some(fim) = self.server.completion_template else {
+            return Ok(units);
+        };
+        if route != crate::inspect::Route::Completions {
+            return Ok(units);
+        }
+        let suffix = match body.get("suffix") {
+            None | Some(Value::Null) => "None".to_string(),
+            Some(Value::String(s)) if s.is_empty() => return Ok(units),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => {
+                return Err(invalid_param(
+                    "suffix: Input should be a valid string",
+                    "suffix",
+                ))
+            }
+        };
+        let prompt = match &body["prompt"] {
+            Value::String(s) => s.clone(),
+            Value::Array(items) => python_str_of_prompt_list(items)?,
+            _ => {
+                return Err(invalid_param(
+                    "prompt: Input should be a valid string",
+                    "prompt",
+                ))
+            }
+        };
+        Ok(vec![Unit::Text(fim.wrap(&prompt, &suffix))])
+    }
+
     /// The files this counter counts with (shared by every profile).
     pub fn files(&self) -> &Arc<ModelFiles> {
         &self.files
@@ -719,6 +760,34 @@ impl ModelCounter {
             .render(&retry)
             .map_err(|e| CountError::Template(e.to_string()))
     }
+}
+
+/// `str(prompt)` of a validated list prompt: strings by `repr`, token ids
+/// (pydantic's lax ints) as integers, nested lists alike.
+fn python_str_of_prompt_list(items: &[Value]) -> Result<String, CountError> {
+    let mut out = String::from("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        match item {
+            Value::String(s) if items.iter().all(Value::is_string) => {
+                out.push_str(&template::py_str_repr(s))
+            }
+            Value::Array(inner) => out.push_str(&python_str_of_prompt_list(inner)?),
+            v => match py::lax_int(v) {
+                Some(n) => out.push_str(&n.to_string()),
+                None => {
+                    return Err(invalid_param(
+                        "prompt: Input should be a valid list",
+                        "prompt",
+                    ))
+                }
+            },
+        }
+    }
+    out.push(']');
+    Ok(out)
 }
 
 /// `serving_rerank.py::_is_qwen3_reranker_template` (the VL variant contains it).

@@ -327,6 +327,11 @@ impl Observed {
                 o.set(s.name, v.clone());
             }
         }
+        // The tokenizer path defaults to the model path (resolved at launch):
+        // only a different one is a setting.
+        if o.get("tokenizer_path").is_some() && o.get("tokenizer_path") == o.get("model_path") {
+            o.values.remove("tokenizer_path");
+        }
         // `/model_info` reads the parsers through `config_value`: the values
         // in effect, after SGLang's late `auto` fallback.
         if let Some(mi) = model_info {

@@ -26,7 +26,10 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use super::Limits;
+use super::profile::{self, Counting, NotServed, Profile, Profiles};
+use crate::config::StaticServer;
+use crate::count::serving::{needs_acknowledgement, show, Observed, Unmodelled};
+use crate::count::{MediaBounds, ModelFiles};
 use crate::metrics::{Metrics, WorkerSample};
 use crate::sglang::{self, Api, LimitSource};
 
@@ -41,18 +44,22 @@ pub struct Settings {
     pub timeout: Duration,
 }
 
-/// One served model: what discovery combines with the discovered value.
-#[derive(Debug, Clone)]
+/// One served model: what discovery combines with the discovered values.
+#[derive(Clone)]
 pub struct ModelSpec {
     pub name: String,
     /// The configured limit, margin already subtracted.
     pub static_limit: Option<usize>,
     /// Subtracted from the discovered value.
     pub margin: usize,
+    pub files: Arc<ModelFiles>,
+    pub media: MediaBounds,
+    /// The server settings the configuration states.
+    pub server: StaticServer,
 }
 
 /// What one prefill worker said in its last good answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkerInfo {
     /// The prefill scheduler's refuse-at value.
     pub max_req_input_len: usize,
@@ -63,6 +70,8 @@ pub struct WorkerInfo {
     /// serves several).
     pub served: Vec<String>,
     pub version: Option<String>,
+    /// Its settings that change prompt ids (`/server_info` and `/model_info`).
+    pub settings: Observed,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -89,7 +98,10 @@ impl Worker {
 pub struct Discovery {
     workers: Vec<Worker>,
     models: Vec<ModelSpec>,
-    limits: Arc<Limits>,
+    profiles: Arc<Profiles>,
+    /// Per model, the settings its counter was last built from, with the
+    /// result: a poll that changes nothing rebuilds nothing.
+    built: Mutex<Vec<Option<(Observed, Counting)>>>,
     metrics: Arc<Metrics>,
     api: Api,
     interval: Duration,
@@ -104,7 +116,7 @@ impl Discovery {
     pub fn new(
         settings: &Settings,
         models: Vec<ModelSpec>,
-        limits: Arc<Limits>,
+        profiles: Arc<Profiles>,
         metrics: Arc<Metrics>,
         previous: Option<&Discovery>,
     ) -> Self {
@@ -122,10 +134,12 @@ impl Discovery {
                 }
             })
             .collect();
+        let built = Mutex::new(vec![None; models.len()]);
         let d = Self {
             workers,
             models,
-            limits,
+            profiles,
+            built,
             metrics,
             api: Api::new(settings.connect_timeout, settings.timeout),
             interval: settings.interval,
@@ -133,7 +147,7 @@ impl Discovery {
         };
         // Against what was in force, so a reload that changes nothing logs
         // and counts no limit change.
-        d.apply(previous.map(|p| p.limits.as_ref()));
+        d.apply(previous.map(|p| p.profiles.as_ref()));
         d
     }
 
@@ -199,6 +213,14 @@ impl Discovery {
         // and the served names; an error there only matters when they are needed.
         let models = self.api.models(url).await;
         let models_value: Option<&Value> = models.as_ref().ok();
+        // The served architecture and effective parsers. A build without the
+        // endpoint (404 on both names) says nothing; any other failure is a
+        // failed poll, so a flapping endpoint never flips the settings.
+        let model_info = match self.api.model_info(url).await {
+            Ok(v) => Some(v),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e.to_string()),
+        };
         let context = sglang::context_length(&info, models_value);
         let (max_req_input_len, source) = sglang::refuse_at(&info, context).ok_or_else(|| {
             let why = match &models {
@@ -218,6 +240,7 @@ impl Discovery {
             max_total_num_tokens: sglang::count_field(&info, "max_total_num_tokens"),
             served: sglang::served_names(&info, models_value),
             version: sglang::str_field(&info, "version").map(str::to_string),
+            settings: Observed::from_server(&info, model_info.as_ref()),
         })
     }
 
@@ -254,56 +277,187 @@ impl Discovery {
         }
     }
 
-    /// Recomputes every model's effective limit from what the workers said.
-    /// `in_force`: the limits requests were checked with until now, when they
-    /// are not `self.limits` (a reload); a change is logged and counted
-    /// against them.
-    fn apply(&self, in_force: Option<&Limits>) {
-        let infos: Vec<Option<WorkerInfo>> = self
+    /// Recomputes every model's profile from what the workers said: the
+    /// effective limit, and the counter for the settings they run with.
+    /// `in_force`: the profiles requests were decided with until now, when
+    /// they are not `self.profiles` (a reload); a change is logged and
+    /// counted against them.
+    fn apply(&self, in_force: Option<&Profiles>) {
+        let infos: Vec<(&str, Option<WorkerInfo>)> = self
             .workers
             .iter()
-            .map(|w| w.state().info.clone())
+            .map(|w| (w.url.as_str(), w.state().info.clone()))
             .collect();
-        let all_answered = infos.iter().all(Option::is_some);
+        let all_answered = infos.iter().all(|(_, i)| i.is_some());
         let single = self.models.len() == 1;
-        for model in &self.models {
+        for (index, model) in self.models.iter().enumerate() {
             // With one model every request is counted with it (as a single-model
-            // SGLang does), so every worker's limit applies; with several, a
-            // worker applies to the models it serves.
+            // SGLang does), so every worker applies; with several, a worker
+            // applies to the models it serves.
+            let serving: Vec<(&str, &WorkerInfo)> = infos
+                .iter()
+                .filter_map(|(url, i)| Some((*url, i.as_ref()?)))
+                .filter(|(_, i)| single || i.served.contains(&model.name))
+                .collect();
             let discovered = all_answered
-                .then(|| {
-                    infos
-                        .iter()
-                        .flatten()
-                        .filter(|i| single || i.served.contains(&model.name))
-                        .map(|i| i.max_req_input_len)
-                        .min()
-                })
+                .then(|| serving.iter().map(|(_, i)| i.max_req_input_len).min())
                 .flatten();
             let after_margin = discovered.map(|d| d.saturating_sub(model.margin));
-            let effective = match (after_margin, model.static_limit) {
+            let limit = match (after_margin, model.static_limit) {
                 (Some(d), Some(s)) => Some(d.min(s)),
                 (d, s) => d.or(s),
             };
-            let Some(limit) = effective else { continue };
-            let current = self.limits.get(&model.name);
-            if current != Some(limit) {
-                self.limits.set(&model.name, limit);
-            }
-            let old = in_force.map_or(current, |l| l.get(&model.name));
-            if old != Some(limit) {
+            // Until every worker answered only the configuration speaks, as
+            // for the limit.
+            let settings = if all_answered && !serving.is_empty() {
+                live_settings(&model.server, &serving)
+            } else {
+                Ok(model.server.observed.clone())
+            };
+            let counter = self.counter_for(index, model, settings.clone());
+            let current = self.profiles.get(&model.name);
+            let old = in_force.map_or(current.clone(), |p| p.get(&model.name));
+            let profile = Profile::new(limit, counter, settings.unwrap_or_default());
+            log_profile_change(&model.name, old.as_deref(), &profile);
+            let old_limit = old.as_ref().and_then(|p| p.limit);
+            if old_limit != limit && limit.is_some() {
                 self.metrics.limit_change(&model.name);
                 tracing::info!(
                     model = %model.name,
-                    from = old.map_or_else(|| "unknown".to_string(), |o| o.to_string()),
+                    from = old_limit.map_or_else(|| "unknown".to_string(), |o| o.to_string()),
                     to = limit,
-                    discovered = ?discovered,
-                    static_limit = ?model.static_limit,
+                    discovered = discovered,
+                    static_limit = model.static_limit,
                     safety_margin = model.margin,
                     "effective limit changed"
                 );
             }
+            let unchanged = current.as_ref().is_some_and(|c| {
+                c.limit == profile.limit
+                    && c.settings == profile.settings
+                    && same_counter(&c.counter, &profile.counter)
+            });
+            if !unchanged {
+                self.profiles.set(&model.name, profile);
+            }
         }
+    }
+
+    /// The counter for `settings`, rebuilt only when they changed.
+    fn counter_for(
+        &self,
+        index: usize,
+        model: &ModelSpec,
+        settings: Result<Observed, NotServed>,
+    ) -> Counting {
+        let settings = settings?;
+        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, result)) = &built[index] {
+            if *seen == settings {
+                return result.clone();
+            }
+        }
+        let result =
+            profile::build_counter(&model.files, model.media, &settings, &model.server.env);
+        built[index] = Some((settings, result.clone()));
+        result
+    }
+}
+
+/// Two profiles count the same way (the same counter, or the same reason not to).
+fn same_counter(a: &Counting, b: &Counting) -> bool {
+    match (a, b) {
+        (Ok(x), Ok(y)) => Arc::ptr_eq(x, y),
+        (Err(x), Err(y)) => x == y,
+        _ => false,
+    }
+}
+
+/// The settings a model is counted under when its workers have answered:
+/// theirs, which must agree with each other and with every setting the
+/// configuration states; the configuration adds what no server publishes
+/// (environment values).
+fn live_settings(
+    configured: &StaticServer,
+    serving: &[(&str, &WorkerInfo)],
+) -> Result<Observed, NotServed> {
+    let (first_url, first) = serving[0];
+    for (url, other) in &serving[1..] {
+        if let Some(setting) = first.settings.differences(&other.settings).first() {
+            let said = |i: &WorkerInfo| {
+                i.settings
+                    .get(setting)
+                    .map_or("(default)".to_string(), show)
+            };
+            return Err(NotServed::Disagrees {
+                setting,
+                detail: format!(
+                    "prefill workers disagree on {setting}: {first_url} has {}, {url} has {}",
+                    said(first),
+                    said(other)
+                ),
+            });
+        }
+    }
+    let live = &first.settings;
+    if let Some(setting) = configured.observed.contradicted_by(live).first() {
+        let stated = configured
+            .observed
+            .get(setting)
+            .map_or("(default)".to_string(), show);
+        let actual = live.get(setting).map_or("(default)".to_string(), show);
+        return Err(NotServed::Disagrees {
+            setting,
+            detail: format!(
+                "the guard is configured with {setting} = {stated}, but the prefill worker {first_url} runs with {actual}; \
+                 remove the setting from the guard's configuration or change the server"
+            ),
+        });
+    }
+    let unacknowledged: Vec<Unmodelled> = live
+        .iter()
+        .filter(|(name, _)| needs_acknowledgement(name) && !configured.observed.is_set(name))
+        .map(|(name, value)| Unmodelled {
+            setting: name,
+            value: show(value),
+            why: format!(
+                "the server loads its tokenizer and template from there; point the guard's tokenizer at the \
+                 same files and set {name} to the same value"
+            ),
+        })
+        .collect();
+    if !unacknowledged.is_empty() {
+        return Err(NotServed::Unmodelled(unacknowledged));
+    }
+    Ok(live.overlaid(&configured.observed))
+}
+
+/// One line when a model starts or stops being served, or its settings change.
+fn log_profile_change(model: &str, old: Option<&Profile>, new: &Profile) {
+    let was = old.map(|p| (p.settings.clone(), p.counter.as_ref().err().cloned()));
+    let now = (new.settings.clone(), new.counter.as_ref().err().cloned());
+    if was.as_ref() == Some(&now) {
+        return;
+    }
+    let settings: Vec<String> = new
+        .settings
+        .iter()
+        .map(|(k, v)| format!("{k}={}", show(v)))
+        .collect();
+    match &new.counter {
+        Ok(c) => tracing::info!(
+            model,
+            encoder = c.encoder().name(),
+            settings = %settings.join(" "),
+            "serving profile in force"
+        ),
+        Err(why) => tracing::warn!(
+            model,
+            kind = why.kind(),
+            settings = %why.settings().join(","),
+            why = %why,
+            "model not served: its server configuration cannot be counted exactly"
+        ),
     }
 }
 
@@ -356,10 +510,22 @@ mod tests {
         Discovery::new(
             &settings,
             models,
-            Arc::new(Limits::default()),
+            Arc::new(Profiles::default()),
             Arc::new(Metrics::new("0")),
             None,
         )
+    }
+
+    /// The demo model's files, written once for every test here.
+    fn files() -> Arc<ModelFiles> {
+        static FILES: std::sync::OnceLock<Arc<ModelFiles>> = std::sync::OnceLock::new();
+        FILES
+            .get_or_init(|| {
+                let dir = std::env::temp_dir().join(format!("pg-discovery-{}", std::process::id()));
+                crate::demo::write_demo_model(&dir).expect("demo model");
+                Arc::new(ModelFiles::load(&dir).expect("demo model loads"))
+            })
+            .clone()
     }
 
     fn info(m: usize, served: &[&str]) -> WorkerInfo {
@@ -370,6 +536,7 @@ mod tests {
             max_total_num_tokens: None,
             served: served.iter().map(|s| s.to_string()).collect(),
             version: None,
+            settings: Observed::default(),
         }
     }
 
@@ -378,6 +545,9 @@ mod tests {
             name: name.into(),
             static_limit,
             margin,
+            files: files(),
+            media: MediaBounds::default(),
+            server: StaticServer::default(),
         }
     }
 
@@ -386,14 +556,14 @@ mod tests {
         let d = discovery(vec![spec("m", None, 0)], &["http://a", "http://b"]);
         d.record(&d.workers[0], Ok(info(100, &[])));
         d.apply(None);
-        assert_eq!(d.limits.get("m"), None, "b could be smaller");
+        assert_eq!(d.profiles.limit("m"), None, "b could be smaller");
         d.record(&d.workers[1], Ok(info(80, &[])));
         d.apply(None);
-        assert_eq!(d.limits.get("m"), Some(80));
+        assert_eq!(d.profiles.limit("m"), Some(80));
         // A failure keeps the last known value, marked stale.
         d.record(&d.workers[1], Err("down".into()));
         d.apply(None);
-        assert_eq!(d.limits.get("m"), Some(80));
+        assert_eq!(d.profiles.limit("m"), Some(80));
         let samples = d.samples();
         assert!(!samples[0].stale && samples[1].stale);
         assert_eq!(samples[1].max_req_input_len, Some(80));
@@ -411,16 +581,16 @@ mod tests {
         );
         // Before discovery: only static limits.
         assert_eq!(
-            d.limits.snapshot(),
+            d.profiles.limits(),
             [("a".to_string(), 50), ("c".to_string(), 7)]
         );
         d.record(&d.workers[0], Ok(info(100, &["a", "b"])));
         d.record(&d.workers[1], Ok(info(40, &["a"])));
         d.apply(None);
-        assert_eq!(d.limits.get("a"), Some(30), "min(40 - 10, 50)");
-        assert_eq!(d.limits.get("b"), Some(90), "w2 does not serve b");
+        assert_eq!(d.profiles.limit("a"), Some(30), "min(40 - 10, 50)");
+        assert_eq!(d.profiles.limit("b"), Some(90), "w2 does not serve b");
         assert_eq!(
-            d.limits.get("c"),
+            d.profiles.limit("c"),
             Some(7),
             "no worker serves c: static only"
         );
@@ -432,14 +602,14 @@ mod tests {
         old.record(&old.workers[0], Ok(info(100, &[])));
         old.record(&old.workers[1], Ok(info(90, &[])));
         old.apply(None);
-        assert_eq!(old.limits.get("m"), Some(90));
+        assert_eq!(old.profiles.limit("m"), Some(90));
         let settings = Settings {
             workers: vec!["http://b".into()],
             interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
         };
-        let limits = Arc::new(Limits::default());
+        let limits = Arc::new(Profiles::default());
         let metrics = Arc::new(Metrics::new("0"));
         let new = Discovery::new(
             &settings,
@@ -449,7 +619,7 @@ mod tests {
             Some(&old),
         );
         assert!(new.all_answered());
-        assert_eq!(limits.get("m"), Some(90));
+        assert_eq!(limits.limit("m"), Some(90));
         // The limit in force did not change: nothing to count.
         assert!(!metrics
             .render(&[])
@@ -460,7 +630,7 @@ mod tests {
         let _margin = Discovery::new(
             &settings,
             vec![spec("m", None, 5)],
-            Arc::new(Limits::default()),
+            Arc::new(Profiles::default()),
             metrics.clone(),
             Some(&old),
         );

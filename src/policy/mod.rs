@@ -4,9 +4,9 @@
 //! the same comparison, and checks every unit of a batch on its own.
 
 pub mod discovery;
-pub mod limits;
+pub mod profile;
 
-pub use limits::Limits;
+pub use profile::{NotServed, Profile, Profiles};
 
 use crate::errors::Reason;
 

@@ -26,7 +26,7 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
             let mut r = text(
                 StatusCode::OK,
                 app.metrics
-                    .render_with_workers(&app.guard.limits().snapshot(), &workers),
+                    .render_with_workers(&app.guard.profiles().snapshot(), &workers),
             );
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -42,24 +42,21 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
     }
 }
 
-/// Ready once every served model has a known limit: before that its requests
-/// would all be refused with 503.
+/// Ready once every served model can be counted and judged: a known
+/// limit and a server configuration the guard models. Before that its
+/// requests would all be refused with 503.
 fn readiness(app: &App) -> Response<Full<Bytes>> {
-    let limits = app.guard.limits();
-    let missing: Vec<&str> = app
-        .guard
-        .model_names()
-        .filter(|m| limits.get(m).is_none())
-        .collect();
+    let missing = app.guard.not_ready();
     if missing.is_empty() {
         text(StatusCode::OK, "ready\n".into())
     } else {
+        let why: Vec<String> = missing
+            .iter()
+            .map(|(m, why)| format!("{m}: {why}"))
+            .collect();
         text(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "not ready: no prompt limit known for {}\n",
-                missing.join(", ")
-            ),
+            format!("not ready: {}\n", why.join("; ")),
         )
     }
 }

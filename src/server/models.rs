@@ -88,11 +88,11 @@ pub async fn clamp_listing(app: &App, response: Response<Incoming>) -> Response<
 /// The limit a listed model's prompts are refused at: with one served model
 /// every request is counted with it, whatever its name.
 fn limit_for(app: &App, id: &str) -> Option<usize> {
-    let limits = app.guard.limits();
+    let profiles = app.guard.profiles();
     let mut names = app.guard.model_names();
     match (names.next(), names.next()) {
-        (Some(only), None) => limits.get(only),
-        _ => limits.get(id),
+        (Some(only), None) => profiles.limit(only),
+        _ => profiles.limit(id),
     }
 }
 

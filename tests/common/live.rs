@@ -16,7 +16,7 @@ use prefill_guard::server;
 use super::{start_mock, Guarded, MODEL};
 
 pub struct Live {
-    /// The usual harness: `post`, `metrics`, `mock`, `shutdown`. Its `limits`
+    /// The usual harness: `post`, `metrics`, `mock`, `shutdown`. Its `profiles`
     /// are those of the state the guard started with (a reload replaces them).
     pub g: Guarded,
     pub runtime: Arc<Runtime>,
@@ -74,7 +74,7 @@ pub async fn start_live_with_upstream(upstream: Option<String>, extra: &str) -> 
         http: reqwest::Client::new(),
         shutdown: Some(tx),
         server: Some(server),
-        limits: runtime.current().guard.limits().clone(),
+        profiles: runtime.current().guard.profiles().clone(),
         grpc: None,
         _model_dir: dir,
     };
@@ -94,7 +94,7 @@ impl Live {
 
     /// The demo model's limit in the state new requests get.
     pub fn limit(&self) -> Option<usize> {
-        self.runtime.current().guard.limits().get(MODEL)
+        self.runtime.current().guard.profiles().limit(MODEL)
     }
 
     pub async fn readyz(&self) -> u16 {

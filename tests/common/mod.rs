@@ -30,8 +30,8 @@ use prefill_guard::config::{Config, LogFormat, ModelConfig};
 pub use prefill_guard::count::MediaBounds;
 use prefill_guard::count::{Clock, ModelCounter};
 use prefill_guard::demo::write_demo_model;
-use prefill_guard::guard::{Guard, Model};
-use prefill_guard::policy::Limits;
+use prefill_guard::guard::Guard;
+use prefill_guard::policy::{Profile, Profiles};
 use prefill_guard::server::{self, App};
 
 /// The served model name of the demo model.
@@ -285,40 +285,39 @@ pub struct Guarded {
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
     pub server: Option<JoinHandle<std::io::Result<()>>>,
-    /// The guard's limits, to change them while it runs.
-    pub limits: Arc<Limits>,
+    /// The guard's profiles, to change the limit while it runs.
+    pub profiles: Arc<Profiles>,
     /// The gRPC listener, with `Options::grpc`.
     pub grpc: Option<SocketAddr>,
     _model_dir: tempfile::TempDir,
 }
 
-/// The real `Guard` over the demo model, as `main` builds it.
-pub fn demo_guard(dir: &std::path::Path, limits: Arc<Limits>) -> Guard {
-    demo_guard_with_media(dir, limits, MediaBounds::default())
+/// The real `Guard` over the demo model, as `main` builds it, with `limit`
+/// in force (`None`: not known yet).
+pub fn demo_guard(dir: &std::path::Path, limit: Option<usize>) -> Guard {
+    demo_guard_with_media(dir, limit, MediaBounds::default())
 }
 
 /// [`demo_guard`] with the demo model's multimodal opt-in set.
 pub fn demo_guard_with_media(
     dir: &std::path::Path,
-    limits: Arc<Limits>,
+    limit: Option<usize>,
     media: MediaBounds,
 ) -> Guard {
     write_demo_model(dir).unwrap();
     let mut counter = ModelCounter::load(dir).unwrap();
     counter.set_media_bounds(media);
-    let model = Model {
-        name: MODEL.to_string(),
-        counter: Arc::new(counter),
-    };
-    Guard::new(vec![model], limits, 2, 16, Clock::default())
+    let profile = Profile::new(limit, Ok(Arc::new(counter)), Default::default());
+    let profiles = Arc::new(Profiles::new([(MODEL.to_string(), profile)]));
+    Guard::new(vec![MODEL.to_string()], profiles, 2, 16, Clock::default())
 }
 
 pub async fn start(opts: Options) -> Guarded {
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let known = opts.limit_known.then(|| (MODEL.to_string(), opts.limit));
-    let limits = Arc::new(Limits::new(known));
-    let guard = demo_guard_with_media(dir.path(), limits.clone(), opts.media);
+    let known = opts.limit_known.then_some(opts.limit);
+    let guard = demo_guard_with_media(dir.path(), known, opts.media);
+    let profiles = guard.profiles().clone();
     let upstream = opts
         .upstream
         .clone()
@@ -334,6 +333,7 @@ pub async fn start(opts: Options) -> Guarded {
             max_req_input_len: Some(opts.limit),
             safety_margin_tokens: 0,
             media: opts.media,
+            server: Default::default(),
         }],
         max_body_bytes: opts.max_body_bytes,
         upstream_connect_timeout: Duration::from_secs(2),
@@ -384,7 +384,7 @@ pub async fn start(opts: Options) -> Guarded {
         http: reqwest::Client::new(),
         shutdown: Some(tx),
         server: Some(server),
-        limits,
+        profiles,
         grpc,
         _model_dir: dir,
     }

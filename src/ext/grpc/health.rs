@@ -3,7 +3,7 @@
 //! - `""`, `liveness` and each served service name: SERVING while the
 //!   listener runs, NOT_SERVING once shutdown begins (so Envoy moves new
 //!   streams elsewhere while in-flight ones drain).
-//! - `readiness`: SERVING once every model has a known limit, like `/readyz`.
+//! - `readiness`: SERVING once every model can be served, like `/readyz`.
 //!   Before that requests are still answered, refused with 429 and
 //!   `Retry-After`, never failed: a health status that takes the guard out
 //!   of the cluster could, with `failure_mode_allow`, let requests through
@@ -41,8 +41,7 @@ pub async fn track_readiness(reporter: HealthReporter, apps: Arc<Apps>) {
     let mut last = None;
     loop {
         let app = apps.load();
-        let limits = app.guard.limits();
-        let ready = app.guard.model_names().all(|m| limits.get(m).is_some());
+        let ready = app.guard.not_ready().is_empty();
         if last != Some(ready) {
             let status = if ready {
                 ServingStatus::Serving

@@ -1,0 +1,224 @@
+//! The serving profile of each model: everything besides its files that
+//! decides how its requests are counted and judged — the limit, the
+//! counter built for the server's configuration (or why the model is not
+//! served), and the settings that configuration was resolved from.
+//!
+//! Resolved in one place (static configuration at build, discovery on each
+//! poll, `verify_sample_rate` on an undercount) and read once per request:
+//! a request takes one [`Profile`] snapshot and is counted and judged with
+//! it, so a profile that changes mid-request never mixes two.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+
+use crate::count::serving::{Observed, ServerConfig, SglangEnv, Unmodelled};
+use crate::count::{MediaBounds, ModelCounter, ModelFiles};
+
+/// A model's counter, or why it has none.
+pub type Counting = Result<Arc<ModelCounter>, NotServed>;
+
+/// The counter for `files` under the server settings `observed` (with the
+/// environment values `env`), or why the model cannot be served.
+pub fn build_counter(
+    files: &Arc<ModelFiles>,
+    media: MediaBounds,
+    observed: &Observed,
+    env: &SglangEnv,
+) -> Counting {
+    let config = ServerConfig::resolve(observed, env).map_err(NotServed::Unmodelled)?;
+    let mut counter =
+        ModelCounter::for_server(files.clone(), Arc::new(config)).map_err(NotServed::Unmodelled)?;
+    counter.set_media_bounds(media);
+    Ok(Arc::new(counter))
+}
+
+/// Why a model's requests are not counted. Each is a 503: the guard, not
+/// the client, has to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotServed {
+    /// The server runs with settings the guard does not model.
+    Unmodelled(Vec<Unmodelled>),
+    /// Two prefill workers, or the configuration and a worker, state different
+    /// values of a setting that changes counts.
+    Disagrees {
+        setting: &'static str,
+        /// Who says what, for the log and the client's message.
+        detail: String,
+    },
+    /// A sampled verification found the guard counting fewer tokens than
+    /// the server: a possible leak, so the model stays out of service until
+    /// a reload.
+    Undercount(String),
+}
+
+impl NotServed {
+    /// The setting at fault, for the metric label (`count_check` for an undercount).
+    pub fn settings(&self) -> Vec<&'static str> {
+        match self {
+            NotServed::Unmodelled(list) => list.iter().map(|u| u.setting).collect(),
+            NotServed::Disagrees { setting, .. } => vec![setting],
+            NotServed::Undercount(_) => vec!["count_check"],
+        }
+    }
+
+    /// The `kind` label of `prefill_guard_server_config_mismatch`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            NotServed::Unmodelled(_) => "unmodelled",
+            NotServed::Disagrees { .. } => "disagrees",
+            NotServed::Undercount(_) => "undercount",
+        }
+    }
+}
+
+impl std::fmt::Display for NotServed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotServed::Unmodelled(list) => {
+                let parts: Vec<String> = list.iter().map(ToString::to_string).collect();
+                write!(f, "{}", parts.join("; "))
+            }
+            NotServed::Disagrees { detail, .. } => write!(f, "{detail}"),
+            NotServed::Undercount(detail) => write!(f, "{detail}"),
+        }
+    }
+}
+
+/// One model's profile, as requests read it.
+#[derive(Clone)]
+pub struct Profile {
+    /// `max_req_input_len` in force (margin subtracted): refused at `L >= limit`.
+    /// `None` while no limit is known.
+    pub limit: Option<usize>,
+    /// The counter for the server's configuration, or why there is none.
+    pub counter: Counting,
+    /// The settings the configuration was resolved from (only those that
+    /// differ from SGLang's defaults).
+    pub settings: Observed,
+}
+
+impl Profile {
+    pub fn new(
+        limit: Option<usize>,
+        counter: Result<Arc<ModelCounter>, NotServed>,
+        settings: Observed,
+    ) -> Self {
+        Self {
+            limit,
+            counter,
+            settings,
+        }
+    }
+
+    /// Why the model cannot serve now, if it cannot.
+    pub fn not_ready(&self) -> Option<String> {
+        match (&self.counter, self.limit) {
+            (Err(e), _) => Some(format!("{}: {e}", e.kind())),
+            (Ok(_), None) => Some("no prompt limit known".into()),
+            (Ok(_), Some(_)) => None,
+        }
+    }
+}
+
+/// Every model's profile, swapped whole on change.
+#[derive(Default)]
+pub struct Profiles {
+    by_model: ArcSwap<HashMap<String, Arc<Profile>>>,
+    /// Models an undercount took out of service, kept across discovery
+    /// rounds (they rebuild profiles) until a reload builds new `Profiles`.
+    quarantine: Mutex<HashMap<String, String>>,
+}
+
+impl Profiles {
+    pub fn new(initial: impl IntoIterator<Item = (String, Profile)>) -> Self {
+        Self {
+            by_model: ArcSwap::from_pointee(
+                initial.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            ),
+            quarantine: Mutex::default(),
+        }
+    }
+
+    /// The profile a request of `model` is decided with.
+    pub fn get(&self, model: &str) -> Option<Arc<Profile>> {
+        self.by_model.load().get(model).cloned()
+    }
+
+    /// The limit in force, if one is known.
+    pub fn limit(&self, model: &str) -> Option<usize> {
+        self.by_model.load().get(model).and_then(|p| p.limit)
+    }
+
+    /// Replaces `model`'s profile (a quarantined model stays out of service).
+    pub fn set(&self, model: &str, mut profile: Profile) {
+        if let Some(why) = self.quarantined(model) {
+            profile.counter = Err(NotServed::Undercount(why));
+        }
+        let mut next = HashMap::clone(&self.by_model.load());
+        next.insert(model.to_string(), Arc::new(profile));
+        self.by_model.store(Arc::new(next));
+    }
+
+    /// Sets `model`'s limit, keeping the rest of its profile.
+    pub fn set_limit(&self, model: &str, limit: usize) {
+        if let Some(p) = self.get(model) {
+            let mut p = Profile::clone(&p);
+            p.limit = Some(limit);
+            self.set(model, p);
+        }
+    }
+
+    /// Takes `model` out of service until the next reload.
+    pub fn quarantine(&self, model: &str, why: String) {
+        self.quarantine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(model.to_string(), why);
+        if let Some(p) = self.get(model) {
+            self.set(model, Profile::clone(&p));
+        }
+    }
+
+    fn quarantined(&self, model: &str) -> Option<String> {
+        self.quarantine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(model)
+            .cloned()
+    }
+
+    /// `(model, limit)` of every model with a known limit, sorted.
+    pub fn limits(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<_> = self
+            .by_model
+            .load()
+            .iter()
+            .filter_map(|(k, p)| Some((k.clone(), p.limit?)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Every model's profile, sorted by name (for `/metrics` and readiness).
+    pub fn snapshot(&self) -> Vec<(String, Arc<Profile>)> {
+        let mut v: Vec<_> = self
+            .by_model
+            .load()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The models that cannot serve now, with why: readiness in one place
+    /// (`/readyz`, gRPC health and reload read it).
+    pub fn not_ready(&self) -> Vec<(String, String)> {
+        self.snapshot()
+            .into_iter()
+            .filter_map(|(m, p)| p.not_ready().map(|why| (m, why)))
+            .collect()
+    }
+}
