@@ -11,10 +11,12 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
 use crate::config::{Config, LogFormat, RawConfig, RawModel};
+use crate::count::serving::Observed;
 use crate::count::{Clock, ModelCounter, ModelFiles};
 use crate::errors::Reason;
 use crate::hub::{self, HubSettings};
 use crate::inspect::{self, json as strict_json, Route};
+use crate::policy::NotServed;
 use crate::reload::{ConfigSource, Runtime};
 use tokio::net::TcpListener;
 
@@ -34,7 +36,7 @@ pub enum Command {
     /// Run the guard as a reverse proxy in front of SGLang or its router.
     Serve(Box<ServeArgs>),
     /// Count request bodies offline, one JSON line per file.
-    Count(CountArgs),
+    Count(Box<CountArgs>),
     /// Check an SGLang deployment for the PD tenant leak (exit 0 not exposed, 1 exposed, 2 cannot tell).
     Audit(crate::audit::AuditArgs),
     /// Compare the guard's counts with the upstream's own /v1/tokenize (exit 1 if the guard ever counts fewer).
@@ -333,9 +335,86 @@ pub struct CountArgs {
     /// Print the chat prompt after preprocessing and template instead of counting.
     #[arg(long)]
     pub print_rendered: bool,
+    /// A saved `GET /server_info` answer of the prefill server: count as the
+    /// guard in front of that server counts (its settings, checked against the flags).
+    #[arg(long, value_name = "FILE", conflicts_with = "server_info_url")]
+    pub server_info: Option<PathBuf>,
+    /// A saved `GET /model_info` answer (served architecture, effective parsers);
+    /// without it, the model directory's config.json.
+    #[arg(long, value_name = "FILE", requires = "server_info")]
+    pub model_info: Option<PathBuf>,
+    /// A prefill server to read `/server_info` and `/model_info` from.
+    #[arg(long, value_name = "URL")]
+    pub server_info_url: Option<String>,
+    #[command(flatten)]
+    pub server: ServerFlags,
     /// Request bodies (JSON files).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+}
+
+/// The counter `count` uses: the model's files under the server settings
+/// the flags state, checked against a server's own answer when one is given.
+async fn counter_for_count(
+    args: &CountArgs,
+) -> anyhow::Result<Result<Arc<ModelCounter>, NotServed>> {
+    let files = load_files(&args.tokenizer, &args.revision).await?;
+    let configured = RawModel {
+        revision: (args.revision != "main").then(|| args.revision.clone()),
+        ..args.server.raw()
+    }
+    .static_server()
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let read = |path: &Path| -> anyhow::Result<Value> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", path.display()))
+    };
+    let live = match (&args.server_info, &args.server_info_url) {
+        (Some(path), _) => {
+            let model_info = args.model_info.as_deref().map(read).transpose()?;
+            Some((
+                path.display().to_string(),
+                Observed::from_server(&read(path)?, model_info.as_ref()),
+            ))
+        }
+        (None, Some(url)) => {
+            let api = crate::sglang::Api::new(
+                std::time::Duration::from_secs(5),
+                std::time::Duration::from_secs(10),
+            );
+            let info = api.server_info(url).await?;
+            let model_info = match api.model_info(url).await {
+                Ok(v) => Some(v),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => return Err(e.into()),
+            };
+            Some((
+                url.clone(),
+                Observed::from_server(&info, model_info.as_ref()),
+            ))
+        }
+        (None, None) => None,
+    };
+    let settings = match &live {
+        Some((source, observed)) => {
+            match crate::policy::profile::settings_from_workers(
+                &configured,
+                &[(source.as_str(), observed)],
+            ) {
+                Ok(s) => s,
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        None => configured.observed.clone(),
+    };
+    Ok(crate::policy::profile::build_counter(
+        &files,
+        Default::default(),
+        &settings,
+        &configured.env,
+    ))
 }
 
 /// Loads a model's files by directory or Hub id.
@@ -374,21 +453,31 @@ pub async fn count(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<boo
         Some(d) => Clock::Fixed(parse_date(d)?),
         None => Clock::Local,
     };
-    let counter = load_model(&args.tokenizer, &args.revision).await?;
+    let counter = counter_for_count(args).await?;
     let mut all_ok = true;
     for file in &args.files {
-        let line = match count_file(&counter, route, file, clock, args.print_rendered) {
-            Ok(v) => v,
-            Err(reason) => {
-                all_ok = false;
-                json!({ "error": {
-                    "file": file.display().to_string(),
-                    "code": reason.label(),
-                    "status": reason.status().as_u16(),
-                    "message": reason.message(Some(route)),
-                }})
-            }
-        };
+        let counted = counter.clone().map_err(|why| Reason::NotServed {
+            model: args.tokenizer.clone(),
+            why,
+        });
+        let line =
+            match counted.and_then(|c| count_file(&c, route, file, clock, args.print_rendered)) {
+                Ok(v) => v,
+                Err(reason) => {
+                    all_ok = false;
+                    let mut error = json!({
+                        "file": file.display().to_string(),
+                        "code": reason.label(),
+                        "status": reason.status().as_u16(),
+                        "message": reason.message(Some(route)),
+                    });
+                    // The operator's own tool: say exactly which setting and why.
+                    if let Reason::NotServed { why, .. } = &reason {
+                        error["detail"] = Value::String(why.to_string());
+                    }
+                    json!({ "error": error })
+                }
+            };
         writeln!(out, "{line}")?;
     }
     Ok(all_ok)
@@ -416,8 +505,8 @@ fn count_file(
         return Ok(json!({ "rendered": counter.render_chat(&value, clock)? }));
     }
     let request = inspect::extract(route, value.clone())?;
-    let counts = request
-        .units
+    let units = counter.server_units(route, &value, request.units)?;
+    let counts = units
         .iter()
         .map(|u| counter.count(u, clock))
         .collect::<Result<Vec<_>, _>>()?;

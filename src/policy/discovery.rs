@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 
 use super::profile::{self, Counting, NotServed, Profile, Profiles};
 use crate::config::StaticServer;
-use crate::count::serving::{needs_acknowledgement, show, Observed, Unmodelled};
+use crate::count::serving::{show, Observed};
 use crate::count::{MediaBounds, ModelFiles};
 use crate::metrics::{Metrics, WorkerSample};
 use crate::sglang::{self, Api, LimitSource};
@@ -310,7 +310,9 @@ impl Discovery {
             // Until every worker answered only the configuration speaks, as
             // for the limit.
             let settings = if all_answered && !serving.is_empty() {
-                live_settings(&model.server, &serving)
+                let said: Vec<(&str, &Observed)> =
+                    serving.iter().map(|(url, i)| (*url, &i.settings)).collect();
+                profile::settings_from_workers(&model.server, &said)
             } else {
                 Ok(model.server.observed.clone())
             };
@@ -371,65 +373,6 @@ fn same_counter(a: &Counting, b: &Counting) -> bool {
         (Err(x), Err(y)) => x == y,
         _ => false,
     }
-}
-
-/// The settings a model is counted under when its workers have answered:
-/// theirs, which must agree with each other and with every setting the
-/// configuration states; the configuration adds what no server publishes
-/// (environment values).
-fn live_settings(
-    configured: &StaticServer,
-    serving: &[(&str, &WorkerInfo)],
-) -> Result<Observed, NotServed> {
-    let (first_url, first) = serving[0];
-    for (url, other) in &serving[1..] {
-        if let Some(setting) = first.settings.differences(&other.settings).first() {
-            let said = |i: &WorkerInfo| {
-                i.settings
-                    .get(setting)
-                    .map_or("(default)".to_string(), show)
-            };
-            return Err(NotServed::Disagrees {
-                setting,
-                detail: format!(
-                    "prefill workers disagree on {setting}: {first_url} has {}, {url} has {}",
-                    said(first),
-                    said(other)
-                ),
-            });
-        }
-    }
-    let live = &first.settings;
-    if let Some(setting) = configured.observed.contradicted_by(live).first() {
-        let stated = configured
-            .observed
-            .get(setting)
-            .map_or("(default)".to_string(), show);
-        let actual = live.get(setting).map_or("(default)".to_string(), show);
-        return Err(NotServed::Disagrees {
-            setting,
-            detail: format!(
-                "the guard is configured with {setting} = {stated}, but the prefill worker {first_url} runs with {actual}; \
-                 remove the setting from the guard's configuration or change the server"
-            ),
-        });
-    }
-    let unacknowledged: Vec<Unmodelled> = live
-        .iter()
-        .filter(|(name, _)| needs_acknowledgement(name) && !configured.observed.is_set(name))
-        .map(|(name, value)| Unmodelled {
-            setting: name,
-            value: show(value),
-            why: format!(
-                "the server loads its tokenizer and template from there; point the guard's tokenizer at the \
-                 same files and set {name} to the same value"
-            ),
-        })
-        .collect();
-    if !unacknowledged.is_empty() {
-        return Err(NotServed::Unmodelled(unacknowledged));
-    }
-    Ok(live.overlaid(&configured.observed))
 }
 
 /// One line when a model starts or stops being served, or its settings change.

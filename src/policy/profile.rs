@@ -13,7 +13,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use crate::count::serving::{Observed, ServerConfig, SglangEnv, Unmodelled};
+use crate::config::StaticServer;
+use crate::count::serving::{
+    needs_acknowledgement, show, Observed, ServerConfig, SglangEnv, Unmodelled,
+};
 use crate::count::{MediaBounds, ModelCounter, ModelFiles};
 
 /// A model's counter, or why it has none.
@@ -84,6 +87,61 @@ impl std::fmt::Display for NotServed {
             NotServed::Undercount(detail) => write!(f, "{detail}"),
         }
     }
+}
+
+/// The settings a model is counted under when its workers have answered:
+/// theirs, which must agree with each other and with every setting the
+/// configuration states; the configuration adds what no server publishes
+/// (environment values).
+pub fn settings_from_workers(
+    configured: &StaticServer,
+    serving: &[(&str, &Observed)],
+) -> Result<Observed, NotServed> {
+    let (first_url, first) = serving[0];
+    for (url, other) in &serving[1..] {
+        if let Some(setting) = first.differences(other).first() {
+            let said = |o: &Observed| o.get(setting).map_or("(default)".to_string(), show);
+            return Err(NotServed::Disagrees {
+                setting,
+                detail: format!(
+                    "prefill workers disagree on {setting}: {first_url} has {}, {url} has {}",
+                    said(first),
+                    said(other)
+                ),
+            });
+        }
+    }
+    let live = first;
+    if let Some(setting) = configured.observed.contradicted_by(live).first() {
+        let stated = configured
+            .observed
+            .get(setting)
+            .map_or("(default)".to_string(), show);
+        let actual = live.get(setting).map_or("(default)".to_string(), show);
+        return Err(NotServed::Disagrees {
+            setting,
+            detail: format!(
+                "the guard is configured with {setting} = {stated}, but the prefill worker {first_url} runs with {actual}; \
+                 remove the setting from the guard's configuration or change the server"
+            ),
+        });
+    }
+    let unacknowledged: Vec<Unmodelled> = live
+        .iter()
+        .filter(|(name, _)| needs_acknowledgement(name) && !configured.observed.is_set(name))
+        .map(|(name, value)| Unmodelled {
+            setting: name,
+            value: show(value),
+            why: format!(
+                "the server loads its tokenizer and template from there; point the guard's tokenizer at the \
+                 same files and set {name} to the same value"
+            ),
+        })
+        .collect();
+    if !unacknowledged.is_empty() {
+        return Err(NotServed::Unmodelled(unacknowledged));
+    }
+    Ok(live.overlaid(&configured.observed))
 }
 
 /// One model's profile, as requests read it.
