@@ -1,0 +1,261 @@
+//! The prefill server's configuration, read by discovery: a modelled
+//! setting changes the count exactly as SGLang's would; a setting the guard
+//! does not model, two workers that disagree, and a configured value the
+//! live server contradicts each take the model out of service (503 naming
+//! the setting, `/readyz` 503, the mismatch gauge, a log line) with nothing
+//! forwarded; a later poll that removes the problem brings it back.
+
+mod common;
+
+use serde_json::{json, Value};
+
+use common::live::{start_live, Live};
+use common::sglang::{eventually, prefill_worker, Answers, InfoMock};
+use common::{binary_config, sample, spawn_binary_with_args, words, MODEL};
+
+const FAST: &str = "discovery_interval_ms = 20\n";
+
+fn workers(urls: &[&InfoMock]) -> String {
+    let list: Vec<String> = urls.iter().map(|w| format!("\"{}\"", w.url())).collect();
+    format!("prefill_urls = [{}]\n{FAST}", list.join(", "))
+}
+
+fn chat(n: usize) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]})
+}
+
+/// A worker with `setting` = `value` in its `/server_info`.
+fn worker_with(limit: usize, setting: &str, value: Value) -> Answers {
+    let mut a = prefill_worker(limit);
+    a.server_info[setting] = value;
+    a
+}
+
+/// A server-side template (through `--default-chat-template-kwargs`) that
+/// renders each message's words and two more: `n + 2` tokens on the demo
+/// tokenizer, where the checkpoint's ChatML template gives `n + 5`.
+fn kwarg_template() -> Value {
+    json!({"chat_template": "{% for m in messages %}{{ m['content'] }} hello hello{% endfor %}"})
+}
+
+async fn not_served(live: &Live, code: &str, setting: &str) {
+    eventually(
+        &format!("the model is refused with {code} for {setting}"),
+        || async {
+            let a = live.g.post("/v1/chat/completions", &chat(1)).await;
+            a.error_code() == code
+                && a.json()["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains(setting)
+        },
+    )
+    .await;
+    let before = live.g.mock.state.count();
+    let answer = live.g.post("/v1/chat/completions", &chat(1)).await;
+    assert_eq!(answer.status, 503);
+    let message = answer.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains(setting), "{message}");
+    assert_eq!(live.g.mock.state.count(), before, "nothing forwarded");
+    assert_eq!(live.readyz().await, 503);
+    let metrics = live.g.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("prefill_guard_model_ready{{model=\"{MODEL}\"}}")
+        ),
+        0.0
+    );
+    assert!(
+        metrics.contains(&format!(
+            "prefill_guard_server_config_mismatch{{model=\"{MODEL}\",setting=\"{setting}\""
+        )),
+        "{metrics}"
+    );
+}
+
+async fn served(live: &Live) {
+    eventually("the model is served again", || async {
+        live.g.post("/v1/chat/completions", &chat(1)).await.status == 200
+    })
+    .await;
+    assert_eq!(live.readyz().await, 200);
+}
+
+#[tokio::test]
+async fn default_kwargs_of_the_server_change_the_count_exactly() {
+    // M = 10. Under the worker's template a chat of n words is n + 2 tokens:
+    // 7 words fit (9), 8 do not (10). The checkpoint's template would count
+    // 8 words as 13 and 4 words as 9: the boundary moves only if the
+    // server's setting is applied.
+    let w = InfoMock::start(worker_with(
+        10,
+        "default_chat_template_kwargs",
+        kwarg_template(),
+    ))
+    .await;
+    let live = start_live(&workers(&[&w])).await;
+    eventually("the worker's settings are in force", || async {
+        live.g
+            .metrics()
+            .await
+            .contains("setting=\"default_chat_template_kwargs\"")
+    })
+    .await;
+    let before = live.g.mock.state.count();
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(7)).await.status,
+        200
+    );
+    let over = live.g.post("/v1/chat/completions", &chat(8)).await;
+    assert_eq!(over.status, 400);
+    assert_eq!(over.error_code(), "context_length_exceeded");
+    let message = over.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("resulted in 10 tokens"), "{message}");
+    assert_eq!(
+        live.g.mock.state.count(),
+        before + 1,
+        "only the 7-word chat"
+    );
+    // The settings the model is counted under are exported.
+    let metrics = live.g.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("prefill_guard_model_ready{{model=\"{MODEL}\"}}")
+        ),
+        1.0
+    );
+
+    // The server drops the setting: the next poll counts with the checkpoint's template.
+    w.set(|a| *a = prefill_worker(10));
+    eventually("the checkpoint's template is back", || async {
+        live.g.post("/v1/chat/completions", &chat(5)).await.status == 400
+    })
+    .await;
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(4)).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn an_unmodelled_setting_takes_the_model_out_of_service_until_it_goes() {
+    let w = InfoMock::start(worker_with(100, "tokenizer_mode", json!("slow"))).await;
+    let live = start_live(&workers(&[&w])).await;
+    not_served(&live, "server_config_unmodelled", "tokenizer_mode").await;
+    // A conversation template is not modelled either.
+    w.set(|a| *a = worker_with(100, "chat_template", json!("chatml")));
+    not_served(&live, "server_config_unmodelled", "chat_template").await;
+    w.set(|a| *a = prefill_worker(100));
+    served(&live).await;
+}
+
+#[tokio::test]
+async fn workers_that_disagree_take_the_model_out_of_service() {
+    let a = InfoMock::start(prefill_worker(100)).await;
+    let b = InfoMock::start(worker_with(100, "reasoning_parser", json!("qwen3"))).await;
+    let live = start_live(&workers(&[&a, &b])).await;
+    not_served(&live, "server_config_disagrees", "reasoning_parser").await;
+    a.set(|x| *x = worker_with(100, "reasoning_parser", json!("qwen3")));
+    served(&live).await;
+}
+
+#[tokio::test]
+async fn a_configured_value_the_live_server_contradicts_is_never_silently_overridden() {
+    let w = InfoMock::start(worker_with(
+        100,
+        "default_chat_template_kwargs",
+        json!({"enable_thinking": false}),
+    ))
+    .await;
+    let live = start_live(&format!(
+        "default_chat_template_kwargs = {{ enable_thinking = true }}\n{}",
+        workers(&[&w])
+    ))
+    .await;
+    not_served(
+        &live,
+        "server_config_disagrees",
+        "default_chat_template_kwargs",
+    )
+    .await;
+    w.set(|a| {
+        *a = worker_with(
+            100,
+            "default_chat_template_kwargs",
+            json!({"enable_thinking": true}),
+        )
+    });
+    served(&live).await;
+}
+
+#[tokio::test]
+async fn a_failed_poll_keeps_the_settings_in_force() {
+    let w = InfoMock::start(worker_with(
+        10,
+        "default_chat_template_kwargs",
+        kwarg_template(),
+    ))
+    .await;
+    let live = start_live(&workers(&[&w])).await;
+    eventually("the worker's template is in force", || async {
+        live.g.post("/v1/chat/completions", &chat(8)).await.status == 400
+    })
+    .await;
+    w.set(|a| a.fail_with = Some(503));
+    eventually("the worker is marked stale", || async {
+        sample(
+            &live.g.metrics().await,
+            &format!("prefill_guard_discovery_stale{{worker=\"{}\"}}", w.url()),
+        ) == 1.0
+    })
+    .await;
+    // Still the server's template: 7 words are 9 tokens (the checkpoint's would be 12).
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(7)).await.status,
+        200
+    );
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(8)).await.status,
+        400
+    );
+}
+
+/// The real binary says in its log what to configure, and the metrics pass promtool.
+#[tokio::test]
+async fn the_log_names_the_setting_and_the_fix() {
+    let w = InfoMock::start(worker_with(100, "revision", json!("abc123"))).await;
+    let mock = common::start_mock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = binary_config(dir.path(), mock.addr, &workers(&[&w]));
+    let mut guard = spawn_binary_with_args(&config, &[]).await;
+    let line = tokio::time::timeout(common::PATIENCE, async {
+        loop {
+            let line = guard.logs.recv().await.expect("the guard logs");
+            if line["message"]
+                == "model not served: its server configuration cannot be counted exactly"
+            {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("a line saying why the model is not served");
+    assert_eq!(line["settings"], "revision");
+    let why = line["why"].as_str().unwrap();
+    assert!(
+        why.contains("abc123") && why.contains("set revision"),
+        "{why}"
+    );
+    let admin = guard.serving["admin_listen"].as_str().unwrap().to_string();
+    let metrics = common::scrape(&reqwest::Client::new(), &admin).await;
+    assert!(metrics.contains("prefill_guard_server_config_mismatch{model=\"demo\",setting=\"revision\",kind=\"unmodelled\"} 1"), "{metrics}");
+    common::promtool_check_metrics(&metrics);
+}
