@@ -179,6 +179,11 @@ pub struct ServeArgs {
     /// Who calls --authz-listen: envoy (also Istio; default) or traefik (ForwardAuth).
     #[arg(long, env = "PREFILL_GUARD_AUTHZ_STYLE", value_enum)]
     pub authz_style: Option<crate::config::AuthzStyle>,
+    /// Share of allowed requests (0 to 1) counted again and compared with a prefill
+    /// worker's /v1/tokenize, off the request path; an undercount takes the model out of
+    /// service until a reload (default 0: off; needs --prefill-url).
+    #[arg(long, env = "PREFILL_GUARD_VERIFY_SAMPLE_RATE", value_name = "RATE")]
+    pub verify_sample_rate: Option<f64>,
     #[command(flatten)]
     pub server: ServerFlags,
 }
@@ -289,6 +294,7 @@ impl ServeArgs {
             authz_listen: self.authz_listen,
             authz_path_prefix: self.authz_path_prefix.clone(),
             authz_style: self.authz_style,
+            verify_sample_rate: self.verify_sample_rate,
             model: RawModel {
                 name: self.served_model_name.clone(),
                 tokenizer: self.tokenizer.clone(),

@@ -63,6 +63,9 @@ pub struct Config {
     pub grpc_listen: Option<SocketAddr>,
     /// The HTTP authorization listener (Envoy/Istio ext_authz, Traefik ForwardAuth).
     pub authz: AuthzConfig,
+    /// The share of allowed requests counted again and compared with a
+    /// prefill worker's `/v1/tokenize` (0: off).
+    pub verify_sample_rate: f64,
 }
 
 /// The HTTP authorization service (`ext::authz_http`): off unless `listen` is set.
@@ -163,6 +166,8 @@ pub struct RawConfig {
     pub authz_path_prefix: Option<String>,
     /// `envoy` (default) or `traefik`.
     pub authz_style: Option<AuthzStyle>,
+    /// Share of allowed requests checked against a prefill worker (default 0: off).
+    pub verify_sample_rate: Option<f64>,
     /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
     #[serde(flatten)]
     pub model: RawModel,
@@ -319,6 +324,7 @@ impl RawConfig {
             authz_listen: over.authz_listen.or(self.authz_listen),
             authz_path_prefix: over.authz_path_prefix.or(self.authz_path_prefix),
             authz_style: over.authz_style.or(self.authz_style),
+            verify_sample_rate: over.verify_sample_rate.or(self.verify_sample_rate),
             model: RawModel {
                 name: over.model.name.or(self.model.name),
                 tokenizer: over.model.tokenizer.or(self.model.tokenizer),
@@ -607,6 +613,21 @@ impl Config {
                 listen: raw.authz_listen,
                 path_prefix: authz_path_prefix(raw.authz_path_prefix.as_deref().unwrap_or(""))?,
                 style: raw.authz_style.unwrap_or_default(),
+            },
+            verify_sample_rate: match raw.verify_sample_rate.unwrap_or(0.0) {
+                r if !(0.0..=1.0).contains(&r) => {
+                    return Err(ConfigError(format!(
+                        "verify_sample_rate {r} must be between 0 and 1"
+                    )))
+                }
+                r if r > 0.0 && raw.prefill_urls.as_ref().is_none_or(Vec::is_empty) => {
+                    return Err(ConfigError(
+                        "verify_sample_rate needs prefill_urls: sampled requests are checked against a \
+                         prefill worker's /v1/tokenize"
+                            .into(),
+                    ))
+                }
+                r => r,
             },
         })
     }

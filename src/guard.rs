@@ -58,6 +58,8 @@ struct Core {
     clock: Clock,
     /// Never accept by the upper bound (`exact_counting`).
     exact_counting: bool,
+    /// Sampled count checks (`verify_sample_rate`), if on.
+    sampler: Option<Arc<crate::verify::Sampler>>,
 }
 
 /// A parsed request, with the counter and limit of its model's profile.
@@ -83,6 +85,7 @@ impl Guard {
                 profiles,
                 clock,
                 exact_counting: false,
+                sampler: None,
             },
             pool: CountPool::new(workers, queue),
         }
@@ -92,6 +95,13 @@ impl Guard {
     /// none accepted by its upper bound.
     pub fn with_exact_counting(mut self, exact: bool) -> Self {
         self.core.exact_counting = exact;
+        self
+    }
+
+    /// Checks a sampled share of allowed requests against a prefill worker
+    /// (`verify_sample_rate`).
+    pub fn with_sampler(mut self, sampler: Option<Arc<crate::verify::Sampler>>) -> Self {
+        self.core.sampler = sampler;
         self
     }
 
@@ -150,10 +160,13 @@ impl Guard {
             counter,
             limit,
         } = self.core.inspect(d, body)?;
+        let sampled = self.core.sample(&units);
         let started = Instant::now();
-        let counted = self.count_small(counter, units, limit).await;
+        let counted = self.count_small(counter.clone(), units, limit).await;
         d.count_time = started.elapsed();
-        conclude(d, &value, counted?, limit, body.len())
+        let verdict = conclude(d, &value, counted?, limit, body.len())?;
+        self.core.check_sample(d, counter, sampled);
+        Ok(verdict)
     }
 
     /// Counts a small body's units: by their upper bounds on the spot when
@@ -261,8 +274,26 @@ impl Core {
             counter,
             limit,
         } = self.inspect(d, body)?;
+        let sampled = self.sample(&units);
         let counts = count_units(&counter, &units, self.policy(&counter, limit), self.clock)?;
-        conclude(d, &value, counts, limit, body.len())
+        let verdict = conclude(d, &value, counts, limit, body.len())?;
+        self.check_sample(d, counter, sampled);
+        Ok(verdict)
+    }
+
+    /// The units of a request picked for a sampled count check, if it is one.
+    fn sample(&self, units: &[Unit]) -> Option<Vec<Unit>> {
+        self.sampler
+            .as_ref()
+            .filter(|s| s.pick())
+            .map(|_| units.to_vec())
+    }
+
+    /// Hands an allowed, sampled request to the checker (off the request path).
+    fn check_sample(&self, d: &Decision, counter: Arc<ModelCounter>, sampled: Option<Vec<Unit>>) {
+        if let (Some(sampler), Some(units), Some(model)) = (&self.sampler, sampled, &d.model) {
+            sampler.check(model, counter, units);
+        }
     }
 
     /// With one model, every request is counted with it whatever `model` says,

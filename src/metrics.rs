@@ -65,6 +65,7 @@ pub struct Metrics {
     discovery_errors: CounterVec,
     limit_changes: CounterVec,
     reloads: CounterVec,
+    count_checks: CounterVec,
 }
 
 /// One prefill worker as discovery last saw it, read at scrape time. The
@@ -136,6 +137,13 @@ impl Metrics {
                 "Changes of a model's effective limit, the first known value included.",
                 &["model"],
             ),
+            count_checks: CounterVec::new(
+                "prefill_guard_count_check_total",
+                "Sampled allowed requests counted again and compared with a prefill worker's \
+                 /v1/tokenize (verify_sample_rate): equal, over (the guard counts more: safe), under \
+                 (an undercount: the model is taken out of service), error, or skipped (checks busy).",
+                &["model", "result"],
+            ),
             reloads: CounterVec::new(
                 "prefill_guard_reloads_total",
                 "Configuration reloads (SIGHUP), by outcome: success or failure (the old state kept).",
@@ -150,6 +158,11 @@ impl Metrics {
 
     pub fn limit_change(&self, model: &str) {
         self.limit_changes.inc(&[model]);
+    }
+
+    /// `result`: `equal`, `over`, `under`, `error` or `skipped`.
+    pub fn count_check(&self, model: &str, result: &'static str) {
+        self.count_checks.inc(&[model, result]);
     }
 
     /// `outcome`: `success` or `failure`.
@@ -235,6 +248,7 @@ impl Metrics {
         self.limit_changes.render(&mut out);
         self.discovery_errors.render(&mut out);
         self.reloads.render(&mut out);
+        self.count_checks.render(&mut out);
         if !workers.is_empty() {
             render_workers(&mut out, workers);
         }

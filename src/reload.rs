@@ -296,6 +296,15 @@ async fn build(
         ))
     });
     let names = config.models.iter().map(|m| m.name.clone()).collect();
+    let sampler = match (&discovery, config.verify_sample_rate > 0.0) {
+        (Some(d), true) => Some(Arc::new(crate::verify::Sampler::new(
+            config.verify_sample_rate,
+            d.clone(),
+            profiles.clone(),
+            metrics.clone(),
+        ))),
+        _ => None,
+    };
     let guard = Guard::new(
         names,
         profiles,
@@ -304,6 +313,7 @@ async fn build(
         Clock::Local,
     )
     .with_exact_counting(config.exact_counting)
+    .with_sampler(sampler)
     .with_queue_timeout(config.count_queue_timeout);
     let app = App::assemble(config, guard, metrics.clone(), discovery.clone())?;
     Ok(Built {

@@ -376,6 +376,141 @@ fn write_table(rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Continuous verification (`verify_sample_rate`): a sampled share of the
+/// requests the guard allows is counted again exactly, off the request path,
+/// and sent to a prefill worker's `/v1/tokenize` (the bodies `verify` sends);
+/// the two counts are compared. An undercount takes the model out of
+/// service until a reload: it is exactly a prompt that could pass the guard
+/// at the limit and still be stubbed by the prefill scheduler.
+pub struct Sampler {
+    /// The share of allowed requests checked, in `[0, 1]`.
+    rate: f64,
+    api: Api,
+    discovery: Arc<crate::policy::discovery::Discovery>,
+    profiles: Arc<crate::policy::Profiles>,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Checks in flight at once; a sample that finds none free is skipped.
+    slots: Arc<tokio::sync::Semaphore>,
+    /// Where checks run: the admin runtime, never a proxy loop.
+    handle: tokio::runtime::Handle,
+    rng: std::sync::atomic::AtomicU64,
+    turn: std::sync::atomic::AtomicUsize,
+}
+
+/// At most this many sampled checks run at once.
+pub const SAMPLE_CONCURRENCY: usize = 2;
+/// Each sampled `/v1/tokenize` call may take this long.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Sampler {
+    /// Call on the runtime the checks should run on.
+    pub fn new(
+        rate: f64,
+        discovery: Arc<crate::policy::discovery::Discovery>,
+        profiles: Arc<crate::policy::Profiles>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        Self {
+            rate,
+            api: Api::new(SAMPLE_TIMEOUT, SAMPLE_TIMEOUT),
+            discovery,
+            profiles,
+            metrics,
+            slots: Arc::new(tokio::sync::Semaphore::new(SAMPLE_CONCURRENCY)),
+            handle: tokio::runtime::Handle::current(),
+            rng: std::sync::atomic::AtomicU64::new(seed),
+            turn: Default::default(),
+        }
+    }
+
+    /// Whether this request is checked (decided before counting, so the
+    /// units are kept only for the sampled ones).
+    pub fn pick(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        // xorshift64: sampling needs no more than a fair coin.
+        let mut x = self.rng.load(Ordering::Relaxed);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.store(x, Ordering::Relaxed);
+        (x >> 11) as f64 / (1u64 << 53) as f64 <= self.rate && self.rate > 0.0
+    }
+
+    /// Checks an allowed request's units in the background.
+    pub fn check(self: &Arc<Self>, model: &str, counter: Arc<ModelCounter>, units: Vec<Unit>) {
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            self.metrics.count_check(model, "skipped");
+            return;
+        };
+        let me = self.clone();
+        let model = model.to_string();
+        self.handle.spawn(async move {
+            let _permit = permit;
+            for unit in units {
+                me.check_unit(&model, &counter, unit).await;
+            }
+        });
+    }
+
+    async fn check_unit(&self, model: &str, counter: &Arc<ModelCounter>, unit: Unit) {
+        use std::sync::atomic::Ordering;
+        let body = match &unit {
+            Unit::Chat(body) => chat_tokenize_body(body),
+            Unit::Text(text) => text_tokenize_body(Some(model), text),
+            // Ids are counted as given; other shapes have no tokenize form.
+            _ => return,
+        };
+        let workers = self.discovery.workers_serving(model);
+        let Some(worker) = workers
+            .get(self.turn.fetch_add(1, Ordering::Relaxed) % workers.len().max(1))
+            .cloned()
+        else {
+            self.metrics.count_check(model, "error");
+            return;
+        };
+        let exact = {
+            let counter = counter.clone();
+            tokio::task::spawn_blocking(move || counter.count(&unit, Clock::Local)).await
+        };
+        let Ok(Ok(guard)) = exact else {
+            self.metrics.count_check(model, "error");
+            return;
+        };
+        let sglang = match self.api.tokenize(&worker, &body).await {
+            Ok(answer) => tokenize_count(&answer),
+            Err(e) => {
+                tracing::debug!(%model, %worker, error = %e, "sampled count check: tokenize failed");
+                None
+            }
+        };
+        let Some(sglang) = sglang else {
+            self.metrics.count_check(model, "error");
+            return;
+        };
+        let result = match guard.cmp(&sglang) {
+            std::cmp::Ordering::Equal => "equal",
+            std::cmp::Ordering::Greater => "over",
+            std::cmp::Ordering::Less => "under",
+        };
+        self.metrics.count_check(model, result);
+        if result == "under" {
+            let why = format!(
+                "a sampled request counted {guard} tokens by the guard and {sglang} by the prefill worker {worker}"
+            );
+            tracing::error!(
+                %model, guard, sglang, %worker,
+                "the guard undercounted a sampled request: the model is out of service until a reload \
+                 (run `prefill-guard verify` with the bodies that reproduce it, then fix or report)"
+            );
+            self.profiles.quarantine(model, why);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

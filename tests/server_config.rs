@@ -39,6 +39,11 @@ fn kwarg_template() -> Value {
 }
 
 async fn not_served(live: &Live, code: &str, setting: &str) {
+    not_served_saying(live, code, setting, setting).await
+}
+
+/// As [`not_served`], the client's message containing `says`.
+async fn not_served_saying(live: &Live, code: &str, setting: &str, says: &str) {
     eventually(
         &format!("the model is refused with {code} for {setting}"),
         || async {
@@ -47,7 +52,7 @@ async fn not_served(live: &Live, code: &str, setting: &str) {
                 && a.json()["error"]["message"]
                     .as_str()
                     .unwrap_or("")
-                    .contains(setting)
+                    .contains(says)
         },
     )
     .await;
@@ -58,7 +63,7 @@ async fn not_served(live: &Live, code: &str, setting: &str) {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(message.contains(setting), "{message}");
+    assert!(message.contains(says), "{message}");
     assert_eq!(live.g.mock.state.count(), before, "nothing forwarded");
     assert_eq!(live.readyz().await, 503);
     let metrics = live.g.metrics().await;
@@ -258,4 +263,48 @@ async fn the_log_names_the_setting_and_the_fix() {
     let metrics = common::scrape(&reqwest::Client::new(), &admin).await;
     assert!(metrics.contains("prefill_guard_server_config_mismatch{model=\"demo\",setting=\"revision\",kind=\"unmodelled\"} 1"), "{metrics}");
     common::promtool_check_metrics(&metrics);
+}
+
+/// `verify_sample_rate`: sampled allowed requests are compared with the
+/// worker's `/v1/tokenize`; an undercount takes the model out of service
+/// until a reload.
+#[tokio::test]
+async fn a_sampled_undercount_takes_the_model_out_of_service_until_a_reload() {
+    let w = InfoMock::start(prefill_worker(100)).await;
+    let live = start_live(&format!("verify_sample_rate = 1.0\n{}", workers(&[&w]))).await;
+    eventually("the limit is known", || async { live.limit() == Some(100) }).await;
+    let series = |result: &str| {
+        format!("prefill_guard_count_check_total{{model=\"{MODEL}\",result=\"{result}\"}}")
+    };
+    // The mock counts like the demo tokenizer: equal.
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(2)).await.status,
+        200
+    );
+    eventually("an equal check", || async {
+        sample(&live.g.metrics().await, &series("equal")) == 1.0
+    })
+    .await;
+    assert!(w.hits("/v1/tokenize") >= 1);
+    // The mock splits "zebra" in two, the demo tokenizer does not: the
+    // guard counts one token less than the server.
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "zebra"}]});
+    assert_eq!(live.g.post("/v1/chat/completions", &body).await.status, 200);
+    eventually("an undercount is found", || async {
+        sample(&live.g.metrics().await, &series("under")) == 1.0
+    })
+    .await;
+    not_served_saying(
+        &live,
+        "count_check_failed",
+        "count_check",
+        "counting fewer tokens",
+    )
+    .await;
+    // A reload (SIGHUP) brings it back.
+    live.runtime.reload().await.unwrap();
+    eventually("served after the reload", || async {
+        live.g.post("/v1/chat/completions", &chat(1)).await.status == 200
+    })
+    .await;
 }

@@ -190,6 +190,21 @@ impl Discovery {
             .collect()
     }
 
+    /// The workers that have answered and serve `model` (with one model, all).
+    pub fn workers_serving(&self, model: &str) -> Vec<String> {
+        let single = self.models.len() == 1;
+        self.workers
+            .iter()
+            .filter(|w| {
+                w.state()
+                    .info
+                    .as_ref()
+                    .is_some_and(|i| single || i.served.iter().any(|s| s == model))
+            })
+            .map(|w| w.url.clone())
+            .collect()
+    }
+
     /// Per-worker gauges for `/metrics`.
     pub fn samples(&self) -> Vec<WorkerSample> {
         self.workers

@@ -352,6 +352,7 @@ pub async fn start(opts: Options) -> Guarded {
         allow_routes: prefill_guard::inspect::allow::AllowList::new(&opts.allow_routes).unwrap(),
         grpc_listen: None,
         authz: Default::default(),
+        verify_sample_rate: 0.0,
     };
     let app = Arc::new(App::new(&config, guard).unwrap());
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
