@@ -84,6 +84,14 @@ impl Window {
     }
 }
 
+/// One server setting that changes prompt ids.
+#[derive(Debug, Clone, Serialize)]
+pub struct SettingReport {
+    pub name: &'static str,
+    pub value: String,
+    pub handling: &'static str,
+}
+
 /// What one server said, and what it means.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerReport {
@@ -106,6 +114,13 @@ pub struct ServerReport {
     pub reserved_tokens_note: String,
     pub window: Option<Window>,
     pub allow_auto_truncate: Option<bool>,
+    /// The settings that change prompt ids and differ from SGLang's
+    /// defaults (`count::serving::SETTINGS`), with how the guard handles each.
+    pub settings: Vec<SettingReport>,
+    /// The encoder SGLang builds chat prompts with (judged without the model's files).
+    pub encoder: Option<String>,
+    /// What the guard would not count exactly in front of this server.
+    pub unmodelled: Vec<String>,
     pub notes: Vec<String>,
     pub verdict: Verdict,
     pub reason: String,
@@ -225,6 +240,9 @@ pub fn facts(
         reserved_tokens_note: String::new(),
         window: None,
         allow_auto_truncate: None,
+        settings: Vec::new(),
+        encoder: None,
+        unmodelled: Vec::new(),
         notes: Vec::new(),
         verdict: Verdict::CannotTell,
         reason: String::new(),
@@ -262,6 +280,7 @@ pub fn facts(
     r.reserved_tokens = reserved;
     r.reserved_tokens_note = note;
     r.allow_auto_truncate = sglang::bool_field(&info, "allow_auto_truncate");
+    server_configuration(&mut r, &info, model_info);
     if let (Some(m), Some(c)) = (r.max_req_input_len, r.context_length) {
         // An unknown R is taken as 0: the widest window, the cautious reading.
         r.window = Window::new(m, c, reserved.unwrap_or(0));
@@ -277,6 +296,37 @@ pub fn facts(
     r.verdict = verdict;
     r.reason = reason;
     r
+}
+
+/// The server's settings that change prompt ids and what the guard does
+/// with them (README "Server configuration"). Environment values are never
+/// visible over HTTP: the report says so.
+fn server_configuration(r: &mut ServerReport, info: &Value, model_info: Option<&Value>) {
+    use crate::count::serving::{self, Observed, ServerConfig, SglangEnv};
+    let observed = Observed::from_server(info, model_info);
+    r.settings = observed
+        .iter()
+        .map(|(name, value)| SettingReport {
+            name,
+            value: serving::show(value),
+            handling: serving::setting(name).map_or("?", |s| s.handling.label()),
+        })
+        .collect();
+    match ServerConfig::resolve(&observed, &SglangEnv::default()) {
+        Err(problems) => r.unmodelled = problems.iter().map(ToString::to_string).collect(),
+        Ok(cfg) => {
+            let (encoder, problem) = crate::count::encoder::judge_without_files(&cfg);
+            r.encoder = Some(encoder);
+            r.unmodelled.extend(problem);
+        }
+    }
+    for name in ["tokenizer_path", "revision"] {
+        if observed.is_set(name) {
+            r.unmodelled.push(format!(
+                "{name}: the server loads other files; the guard needs the same ones and {name} set to the same value"
+            ));
+        }
+    }
 }
 
 /// `compute_num_reserved_tokens()` (sglang-semantics §4): EAGLE stores draft
@@ -499,6 +549,30 @@ fn write_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 "allow_auto_truncate",
                 s.allow_auto_truncate
                     .map_or("unknown".into(), |b| b.to_string()),
+            ));
+            rows.push((
+                "server settings",
+                if s.settings.is_empty() {
+                    "SGLang's defaults".into()
+                } else {
+                    s.settings
+                        .iter()
+                        .map(|x| format!("{}={} ({})", x.name, x.value, x.handling))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                },
+            ));
+            if let Some(e) = &s.encoder {
+                rows.push(("chat encoder", e.clone()));
+            }
+            for u in &s.unmodelled {
+                rows.push(("NOT MODELLED", u.clone()));
+            }
+            rows.push((
+                "environment",
+                "not visible over HTTP: give the guard SGLANG_DEFAULT_THINKING and the \
+                 SGLANG_DSV4(1)_REASONING_EFFORT values in sglang_env"
+                    .into(),
             ));
         }
         rows.push(("verdict", format!("{}: {}", s.verdict.shout(), s.reason)));

@@ -364,13 +364,6 @@ pub struct CountArgs {
 async fn counter_for_count(
     args: &CountArgs,
 ) -> anyhow::Result<Result<Arc<ModelCounter>, NotServed>> {
-    let files = load_files(&args.tokenizer, &args.revision).await?;
-    let configured = RawModel {
-        revision: (args.revision != "main").then(|| args.revision.clone()),
-        ..args.server.raw()
-    }
-    .static_server()
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let read = |path: &Path| -> anyhow::Result<Value> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -385,24 +378,46 @@ async fn counter_for_count(
                 Observed::from_server(&read(path)?, model_info.as_ref()),
             ))
         }
-        (None, Some(url)) => {
-            let api = crate::sglang::Api::new(
-                std::time::Duration::from_secs(5),
-                std::time::Duration::from_secs(10),
-            );
-            let info = api.server_info(url).await?;
-            let model_info = match api.model_info(url).await {
-                Ok(v) => Some(v),
-                Err(e) if e.is_not_found() => None,
-                Err(e) => return Err(e.into()),
-            };
-            Some((
-                url.clone(),
-                Observed::from_server(&info, model_info.as_ref()),
-            ))
-        }
+        (None, Some(url)) => Some(read_server_settings(url).await?),
         (None, None) => None,
     };
+    counter_for_server(&args.tokenizer, &args.revision, &args.server, live).await
+}
+
+/// A server's settings, read from its `/server_info` and `/model_info`.
+pub async fn read_server_settings(url: &str) -> anyhow::Result<(String, Observed)> {
+    let api = crate::sglang::Api::new(
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(10),
+    );
+    let info = api.server_info(url).await?;
+    let model_info = match api.model_info(url).await {
+        Ok(v) => Some(v),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok((
+        url.to_string(),
+        Observed::from_server(&info, model_info.as_ref()),
+    ))
+}
+
+/// The counter the offline commands (`count`, `verify`) use: the model's
+/// files under the settings `flags` state, and, given a server's own
+/// settings, checked against them exactly as discovery checks a worker.
+pub async fn counter_for_server(
+    tokenizer: &str,
+    revision: &str,
+    flags: &ServerFlags,
+    live: Option<(String, Observed)>,
+) -> anyhow::Result<Result<Arc<ModelCounter>, NotServed>> {
+    let files = load_files(tokenizer, revision).await?;
+    let configured = RawModel {
+        revision: (revision != "main").then(|| revision.to_string()),
+        ..flags.raw()
+    }
+    .static_server()
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let settings = match &live {
         Some((source, observed)) => {
             match crate::policy::profile::settings_from_workers(

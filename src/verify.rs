@@ -50,6 +50,12 @@ pub struct VerifyArgs {
     /// Seconds each tokenize request may take.
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
+    /// Count under SGLang's defaults instead of the upstream's own settings
+    /// (its /server_info and /model_info).
+    #[arg(long)]
+    pub ignore_server_info: bool,
+    #[command(flatten)]
+    pub server: crate::cli::ServerFlags,
     /// Request bodies (JSON files).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -155,7 +161,16 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<Row>> {
                 })?
         }
     };
-    let counter = crate::cli::load_model(&tokenizer, &args.revision).await?;
+    // Counted as the guard in front of this server counts: its settings,
+    // checked against the flags.
+    let live = if args.ignore_server_info {
+        None
+    } else {
+        Some(crate::cli::read_server_settings(&args.upstream).await?)
+    };
+    let counter = crate::cli::counter_for_server(&tokenizer, &args.revision, &args.server, live)
+        .await?
+        .map_err(|why| anyhow::anyhow!("the guard would not serve this model: {why}"))?;
     let mut rows = Vec::new();
     for file in &args.files {
         rows.extend(verify_file(&api, &args.upstream, &counter, forced_route, file).await);

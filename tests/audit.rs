@@ -229,3 +229,58 @@ fn router_like_fixed() -> Answers {
     a.server_info["version"] = json!("0.5.23");
     a
 }
+
+/// The report lists the server settings that change prompt ids and what the
+/// guard would not count exactly in front of that server.
+#[tokio::test]
+async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model() {
+    let mut a = exposed_worker();
+    a.server_info["default_chat_template_kwargs"] = json!({"enable_thinking": false});
+    a.server_info["tokenizer_mode"] = json!("slow");
+    a.server_info["tool_call_parser"] = json!("kimi_k3");
+    let up = InfoMock::start(a).await;
+    let out = audit(&["--upstream", &up.url(), "--json"]).await;
+    let s = &json_report(&out)["servers"][0];
+    let names: Vec<&str> = s["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "default_chat_template_kwargs",
+            "tool_call_parser",
+            "model_path",
+            "tokenizer_mode"
+        ]
+    );
+    assert_eq!(s["settings"][0]["handling"], "modelled");
+    let unmodelled = s["unmodelled"].as_array().unwrap();
+    assert!(
+        unmodelled[0]
+            .as_str()
+            .unwrap()
+            .starts_with("tokenizer_mode=slow"),
+        "{unmodelled:?}"
+    );
+    // The table says it too.
+    let table = text(&audit(&["--upstream", &up.url()]).await);
+    assert!(table.contains("NOT MODELLED"), "{table}");
+    assert!(
+        table.contains("default_chat_template_kwargs={\"enable_thinking\":false} (modelled)"),
+        "{table}"
+    );
+
+    // With settings the guard models, the encoder is named and nothing is flagged.
+    let mut b = exposed_worker();
+    b.server_info["tool_call_parser"] = json!("kimi_k3");
+    let up = InfoMock::start(b).await;
+    let s = json_report(&audit(&["--upstream", &up.url(), "--json"]).await)["servers"][0].clone();
+    assert_eq!(s["encoder"], "kimi_k3");
+    assert!(
+        s["unmodelled"][0].as_str().unwrap().contains("kimi_k3"),
+        "{s}"
+    );
+}

@@ -271,3 +271,39 @@ pub fn is_glm53_template(t: &str) -> bool {
     .all(|m| t.contains(m))
         && !t.contains("enable_thinking")
 }
+
+/// What can be said of a server's encoder from its settings alone, without
+/// the model's files (`audit`): the encoder SGLang picks when the checkpoint
+/// has a chat template, and why the guard would not count it, if it would not.
+pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
+    let arch = cfg.arch.clone().unwrap_or_default();
+    if let Some(ChatTemplateArg::Python(name)) = &cfg.chat_template {
+        return (name.clone(), modelled(name).err());
+    }
+    if cfg.chat_template.is_none() {
+        if let Some(name) = cfg
+            .model_path
+            .as_deref()
+            .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
+        {
+            return (
+                format!("conversation template {name}"),
+                Some("SGLang infers it from the model path or type; conversation templates are not modelled".into()),
+            );
+        }
+    }
+    match encoding_spec(cfg.tool_call_parser.as_deref(), &arch, true) {
+        Some(spec) => (spec.to_string(), modelled(spec).err()),
+        None => ("jinja".to_string(), None),
+    }
+}
+
+/// Whether this build counts chat with the named encoder.
+fn modelled(encoder: &str) -> Result<(), String> {
+    match encoder {
+        "jinja" => Ok(()),
+        other => Err(format!(
+            "the `{other}` encoder is not modelled by this build"
+        )),
+    }
+}
