@@ -33,6 +33,16 @@ fn example_config_is_valid_and_sets_every_key() {
         "authz_listen",
         "authz_path_prefix",
         "authz_style",
+        "verify_sample_rate",
+        "default_chat_template_kwargs",
+        "tool_call_parser",
+        "reasoning_parser",
+        "chat_template",
+        "hf_chat_template_name",
+        "completion_template",
+        "trust_request_chat_template",
+        "tokenizer_path",
+        "sglang_env",
     ] {
         assert!(text.contains(key), "config example does not mention {key}");
     }
