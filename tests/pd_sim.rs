@@ -40,6 +40,7 @@ async fn stack(mode: Mode) -> Stack {
         kv_pages: 256,
         page_size: 16,
         context_length: None,
+        default_chat_template_kwargs: None,
         handoff_timeout_secs: 10,
     })
     .await

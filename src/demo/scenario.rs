@@ -94,6 +94,7 @@ pub async fn run(args: &DemoArgs, out: &mut (impl Write + Send)) -> anyhow::Resu
         kv_pages: 8192,
         page_size: 16,
         context_length: None,
+        default_chat_template_kwargs: None,
         handoff_timeout_secs: 30,
     })
     .await?;

@@ -120,6 +120,10 @@ pub struct SimArgs {
     /// The model's context length (default: the KV pool's size).
     #[arg(long)]
     pub context_length: Option<usize>,
+    /// SGLang's --default-chat-template-kwargs (a JSON object), applied to
+    /// every chat request and published in /server_info.
+    #[arg(long, value_name = "JSON")]
+    pub default_chat_template_kwargs: Option<String>,
     /// Seconds either worker waits for the other in a handoff.
     #[arg(long, default_value_t = 30)]
     pub handoff_timeout_secs: u64,
@@ -148,7 +152,18 @@ impl SimPair {
             args.kv_pages > 0 && args.page_size > 0 && context_len > 6,
             "the KV pool and the context must hold a prompt"
         );
-        let model = Arc::new(SimModel::load(&args.tokenizer, &args.served_model_name)?);
+        let kwargs = match &args.default_chat_template_kwargs {
+            None => serde_json::Map::new(),
+            Some(text) => match serde_json::from_str::<serde_json::Value>(text)? {
+                serde_json::Value::Object(m) => m,
+                _ => anyhow::bail!("--default-chat-template-kwargs must be a JSON object"),
+            },
+        };
+        let model = Arc::new(SimModel::load(
+            &args.tokenizer,
+            &args.served_model_name,
+            kwargs,
+        )?);
         let pool = KvPool::new(
             args.kv_pages,
             args.page_size,

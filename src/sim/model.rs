@@ -6,20 +6,40 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::count::{Clock, ModelCounter, TextTokenizer, Unit};
+use crate::count::{Clock, ModelCounter, ModelFiles, ServerConfig, TextTokenizer, Unit};
 use crate::inspect::{self, Route};
 
 /// What the workers know about the model.
 pub struct SimModel {
     pub served_name: String,
     pub model_path: String,
+    /// `--default-chat-template-kwargs`, applied to every chat request as
+    /// SGLang applies it (and published in `/server_info`).
+    pub default_chat_template_kwargs: serde_json::Map<String, Value>,
     counter: ModelCounter,
     tokenizer: TextTokenizer,
 }
 
 impl SimModel {
-    pub fn load(dir: &Path, served_name: &str) -> anyhow::Result<Self> {
-        let counter = ModelCounter::load(dir)?;
+    pub fn load(
+        dir: &Path,
+        served_name: &str,
+        default_chat_template_kwargs: serde_json::Map<String, Value>,
+    ) -> anyhow::Result<Self> {
+        let server = ServerConfig {
+            default_chat_template_kwargs: default_chat_template_kwargs.clone(),
+            ..ServerConfig::default()
+        };
+        let counter = ModelCounter::for_server(Arc::new(ModelFiles::load(dir)?), Arc::new(server))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "{}",
+                    e.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            })?;
         let tokenizer = TextTokenizer::load(dir)?
             .ok_or_else(|| anyhow::anyhow!("{}: no tokenizer.json", dir.display()))?;
         Ok(Self {
@@ -29,6 +49,7 @@ impl SimModel {
                 .unwrap_or_else(|_| dir.to_owned())
                 .display()
                 .to_string(),
+            default_chat_template_kwargs,
             counter,
             tokenizer,
         })

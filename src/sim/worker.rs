@@ -423,6 +423,8 @@ impl Worker {
             "skip_tokenizer_init": false,
             "is_embedding": false,
             "chat_template": null,
+            "default_chat_template_kwargs": (!self.model.default_chat_template_kwargs.is_empty())
+                .then(|| Value::Object(self.model.default_chat_template_kwargs.clone())),
             "status": "ready",
             "max_total_num_tokens": pool,
             "max_req_input_len": max_req_input_len,

@@ -246,7 +246,8 @@ class Stacks:
     log_dir: Path
     started: list[Proc] = field(default_factory=list)
 
-    def sim(self, mode: str, kv_pages: int = 16384) -> Sim:
+    def sim(self, mode: str, kv_pages: int = 16384, tokenizer: Path | None = None,
+            model: str = MODEL, extra: list[str] | None = None) -> Sim:
         announced: dict = {}
 
         def watch(line: str) -> None:
@@ -264,12 +265,12 @@ class Stacks:
                 "pd-sim",
                 "--prefill-listen", "127.0.0.1:0",
                 "--decode-listen", "127.0.0.1:0",
-                "--tokenizer", str(self.tokenizer),
-                "--served-model-name", MODEL,
+                "--tokenizer", str(tokenizer or self.tokenizer),
+                "--served-model-name", model,
                 "--max-req-input-len", str(LIMIT),
                 "--mode", mode,
                 "--kv-pages", str(kv_pages),
-            ],
+            ] + (extra or []),
             watch,
         )
         wait_until("the simulator's address line", proc, lambda: "decode" in announced)
@@ -318,7 +319,8 @@ class Stacks:
         wait_until("the router's two workers", proc, ready)
         return Router(url=url, proc=proc)
 
-    def guard(self, upstream: str, prefill: str) -> Guard:
+    def guard(self, upstream: str, prefill: str, tokenizer: Path | None = None,
+              model: str = MODEL) -> Guard:
         serving: dict = {}
 
         def watch(line: str) -> None:
@@ -337,8 +339,8 @@ class Stacks:
                 "--listen", "127.0.0.1:0",
                 "--admin-listen", "127.0.0.1:0",
                 "--upstream", upstream,
-                "--tokenizer", str(self.tokenizer),
-                "--served-model-name", MODEL,
+                "--tokenizer", str(tokenizer or self.tokenizer),
+                "--served-model-name", model,
                 # The limit is read from the prefill worker itself: through the router,
                 # /get_server_info is the router's own summary.
                 "--prefill-url", prefill,
