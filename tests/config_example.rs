@@ -50,3 +50,22 @@ fn example_config_is_valid_and_sets_every_key() {
     assert_eq!(cfg.models.len(), 1);
     assert_eq!(cfg.models[0].max_req_input_len, Some(681_274));
 }
+
+/// Every server setting the guard reads is in the README's "Server
+/// configuration" table, so operators see how each is handled.
+#[test]
+fn readme_lists_every_server_setting() {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("## Server configuration")
+        .expect("a Server configuration section");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    for s in prefill_guard::count::serving::SETTINGS {
+        assert!(
+            section.contains(&format!("`{}`", s.name)),
+            "README's Server configuration does not list `{}`",
+            s.name
+        );
+    }
+}
