@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::encoder::{glm53, Encoder};
 use super::model::ModelFiles;
 use super::preprocess::{self, Options};
 use super::serving::Arch;
@@ -31,17 +32,19 @@ pub(super) struct ModelTraits {
 }
 
 impl ModelTraits {
-    /// `source`/`template`: the chat template `TemplateManager` settled on.
+    /// `source`/`template`: `tokenizer.chat_template`, which the probes read.
     pub(super) fn new(
         files: &ModelFiles,
         arch: Option<&Arch>,
+        encoder: &Encoder,
         template: Option<(&str, &ChatTemplate)>,
     ) -> Self {
-        let inline_system = match template {
-            Some((source, template)) => probe_inline_system(source, template),
+        let inline_system = match (encoder.inline_system(), template) {
+            (Some(known), _) => Some(known),
+            (None, Some((source, template))) => probe_inline_system(source, template),
             // No template: `detect_inline_system_support(None)` is False. (A template
             // that does not compile makes every chat request fail anyway.)
-            None => Some(false),
+            (None, None) => Some(false),
         };
         Self {
             inline_system,
@@ -266,10 +269,7 @@ impl ModelCounter {
                 if seen.contains(&c) {
                     return Ok(None);
                 }
-                let options = preprocess::Options {
-                    media: self.media,
-                    ..preprocess::Options::for_server(&self.server).with(&c.options)
-                };
+                let options = self.chat_options().with(&c.options);
                 let prepared = preprocess::prepare_with(&c.body, self.content_format(), &options);
                 seen.push(c);
                 self.count_prepared(prepared?, clock, ctx).map(Some)
@@ -299,9 +299,26 @@ impl ModelCounter {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let messages = ollama::chat_messages(body)?;
+        if let Encoder::Glm53 { variant, .. } = self.encoder() {
+            // The Python template's installed `apply_chat_template`.
+            let conversation = messages.as_array().map_or(&[][..], Vec::as_slice);
+            let text = match glm53::apply_chat_template(
+                *variant,
+                conversation,
+                None,
+                true,
+                &Map::new(),
+                false,
+            ) {
+                Ok(glm53::Applied::Text(text)) => text,
+                Ok(glm53::Applied::Jinja) => unreachable!("no kwargs route it to Jinja"),
+                Err(e) => return Err(CountError::Template(e.to_string())),
+            };
+            return self.measure(ctx, &text, false);
+        }
         // `tokenizer.apply_chat_template` directly: `TemplateManager`'s
         // template, without the server's default kwargs.
-        let template = self.jinja_template(&preprocess::ChatInputs::default())?;
+        let template = self.jinja_template(None)?;
         let extra = Map::new();
         let text = template
             .render(&RenderContext {
@@ -374,11 +391,23 @@ mod tests {
                     // A client template reaches the counter, which refuses it
                     // (`ModelCounter::jinja_template`).
                     (Value::String(e), Ok(Prepared::Template(inputs)))
-                        if e == "guard_refuses" && inputs.template_override.is_some() => {}
+                        if e == "guard_refuses"
+                            && inputs
+                                .jinja_arguments()
+                                .is_ok_and(|a| a.template_override.is_some()) => {}
                     (Value::String(e), Err(_)) if e == "sglang_refuses" => {}
                     (Value::Object(want), Ok(Prepared::Template(inputs))) => {
                         let tools = inputs.tools.clone().unwrap_or(Value::Null);
-                        let extra = Value::Object(inputs.extra.clone());
+                        // What the template sees: the kwargs after
+                        // `apply_chat_template`'s own arguments are taken out.
+                        let args = match inputs.jinja_arguments() {
+                            Ok(a) => a,
+                            Err(e) => {
+                                failures.push(format!("{label}: {e}"));
+                                continue;
+                            }
+                        };
+                        let extra = Value::Object(args.extra);
                         for (what, got, want) in [
                             ("messages", &inputs.messages, &want["messages"]),
                             ("tools", &tools, &want["tools"]),
@@ -389,7 +418,7 @@ mod tests {
                                     .push(format!("{label}: {what}\n  got  {got}\n  want {want}"));
                             }
                         }
-                        if inputs.assistant_prefix.is_some() || inputs.documents.is_some() {
+                        if inputs.assistant_prefix.is_some() || args.documents.is_some() {
                             failures.push(format!("{label}: unexpected prefix/documents"));
                         }
                     }

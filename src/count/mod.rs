@@ -29,6 +29,7 @@ pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
+use encoder::{dsv32, glm53};
 use preprocess::{ChatInputs, Prepared};
 use template::RenderContext;
 
@@ -382,6 +383,7 @@ impl ModelCounter {
         let api = chat_api::ModelTraits::new(
             &files,
             server.arch.as_ref().or(files.arch()),
+            &selected.encoder,
             source.as_ref().map(|(s, t)| (&**s, &**t)),
         );
         Ok(Self {
@@ -465,6 +467,10 @@ impl ModelCounter {
     fn chat_options(&self) -> preprocess::Options {
         preprocess::Options {
             media: self.media,
+            style: match self.encoder {
+                Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
+                _ => preprocess::MessageStyle::Template,
+            },
             ..preprocess::Options::for_server(&self.server)
         }
     }
@@ -651,15 +657,16 @@ impl ModelCounter {
         Ok(tally.tokens - usize::from(skip))
     }
 
-    /// The chat prompt text after SGLang's preprocessing and the template
-    /// (without a `continue_final_message` prefix). For operators debugging a
-    /// template from the CLI; the server never prints or logs prompts.
+    /// The chat prompt text after SGLang's preprocessing and the model's
+    /// encoder (without a `continue_final_message` prefix). For operators
+    /// debugging a template from the CLI; the server never prints or logs
+    /// prompts.
     pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
         match preprocess::prepare_with(body, self.content_format(), &self.chat_options())? {
             Prepared::Ids(_) => Err(CountError::invalid(
                 "the request carries input_ids: SGLang applies no chat template to it",
             )),
-            Prepared::Template(inputs) => self.render(&inputs, clock),
+            Prepared::Template(inputs) => Ok(self.chat_prompt(&inputs, clock)?.text),
         }
     }
 
@@ -671,10 +678,10 @@ impl ModelCounter {
         self.content_format
     }
 
-    /// The template the Jinja path renders with: the server's default-kwargs
-    /// `chat_template` when it has one, else `TemplateManager`'s.
-    fn jinja_template(&self, inputs: &ChatInputs) -> Result<&ChatTemplate, CountError> {
-        match (&inputs.template_override, &self.kwarg_template) {
+    /// The template the Jinja path renders with: the `chat_template` kwarg
+    /// when it is the server's default one, else `tokenizer.chat_template`.
+    fn jinja_template(&self, template_override: Option<&str>) -> Result<&ChatTemplate, CountError> {
+        match (template_override, &self.kwarg_template) {
             (None, _) => {}
             (Some(src), Some((kwarg, compiled))) if src == kwarg => return Ok(compiled),
             (Some(_), _) => {
@@ -718,12 +725,9 @@ impl ModelCounter {
             Prepared::Ids(n) => return Ok(n),
             Prepared::Template(inputs) => inputs,
         };
-        let rendered = self.render(&inputs, clock)?;
-        let tokenizer = self.tokenizer()?;
-        // encode_kwargs: `{"add_special_tokens": False}` when `encode("")` is
-        // non-empty, else the default (`True`, which then adds nothing).
-        let mut n = self.measure(ctx, &rendered, !tokenizer.auto_adds_specials())?;
-        drop(rendered);
+        let prompt = self.chat_prompt(&inputs, clock)?;
+        let mut n = self.measure(ctx, &prompt.text, prompt.add_special_tokens)?;
+        drop(prompt);
         // The multimodal opt-in: each admitted media part adds its configured bound.
         n = n.saturating_add(inputs.media_tokens);
         if let Some(prefix) = inputs.assistant_prefix.as_deref().filter(|p| !p.is_empty()) {
@@ -733,19 +737,113 @@ impl ModelCounter {
         Ok(n)
     }
 
+    /// The prompt the model's encoder builds from the prepared inputs.
+    fn chat_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<ChatPrompt, CountError> {
+        match &self.encoder {
+            Encoder::Jinja(_) => self.jinja_prompt(inputs, clock),
+            Encoder::Glm53 { variant, .. } => {
+                let messages = inputs.messages.as_array().map_or(&[][..], Vec::as_slice);
+                let tools = inputs.tools.as_ref().and_then(Value::as_array);
+                let text = match glm53::render_segments(
+                    *variant,
+                    messages,
+                    tools.map(Vec::as_slice),
+                    true,
+                    &inputs.extra,
+                )
+                .map_err(glm53_error)?
+                {
+                    // `encode_prompt_segments` gives the ids of the joined text.
+                    glm53::Prompt::Segments(segments) => segments.concat(),
+                    glm53::Prompt::Text(text) => text,
+                    glm53::Prompt::Jinja => return self.jinja_prompt(inputs, clock),
+                };
+                Ok(self.template_text(text))
+            }
+            Encoder::Dsv32 => self.dsv32_prompt(inputs),
+        }
+    }
+
+    /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
+    /// non-empty, else the default (`True`, which then adds nothing).
+    fn template_text(&self, text: String) -> ChatPrompt {
+        let add_special_tokens = self
+            .files
+            .tokenizer
+            .as_ref()
+            .is_none_or(|t| !t.auto_adds_specials());
+        ChatPrompt {
+            text,
+            add_special_tokens,
+        }
+    }
+
+    fn jinja_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<ChatPrompt, CountError> {
+        Ok(self.template_text(self.render(inputs, clock)?))
+    }
+
+    /// The dsv32 branch of `_apply_jinja_template`: an empty system message
+    /// hosts the tools, the thinking mode comes from the request's
+    /// `thinking` kwarg (else `SGLANG_DEFAULT_THINKING`), and the text is
+    /// encoded with the default specials (its BOS text, then the
+    /// post-processor's BOS).
+    fn dsv32_prompt(&self, inputs: &ChatInputs) -> Result<ChatPrompt, CountError> {
+        let mut messages = inputs.messages.as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            // `messages[0]` raises IndexError in SGLang.
+            return Err(CountError::Template(
+                "IndexError: list index out of range".into(),
+            ));
+        }
+        if messages[0].get("role").and_then(Value::as_str) != Some("system") {
+            messages.insert(0, serde_json::json!({"role": "system", "content": ""}));
+        }
+        // `request.tools if tools else None`: every request tool, once any
+        // reaches the template.
+        let reaches = inputs
+            .tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|t| !t.is_empty());
+        if let (true, Some(all)) = (reaches, &inputs.all_tools) {
+            messages[0]["tools"] = all.clone();
+        }
+        let thinking = match inputs.extra.get("thinking") {
+            Some(v) => py::truthy(v),
+            None => self.server.env.default_thinking,
+        };
+        let mode = if thinking {
+            dsv32::ThinkingMode::Thinking
+        } else {
+            dsv32::ThinkingMode::Chat
+        };
+        let text = dsv32::encode_messages(&messages, mode).map_err(|e| {
+            if e.kind() == "Unmodelled" {
+                CountError::Unsupported(e.to_string())
+            } else {
+                CountError::Template(e.to_string())
+            }
+        })?;
+        Ok(ChatPrompt {
+            text,
+            add_special_tokens: true,
+        })
+    }
+
     /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
     /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
     /// once with each tool flattened to its `function`, and reports the retry's error.
     fn render(&self, inputs: &ChatInputs, clock: Clock) -> Result<String, CountError> {
-        let template = self.jinja_template(inputs)?;
+        let args = inputs.jinja_arguments()?;
+        let template = self.jinja_template(args.template_override.as_deref())?;
         let now = clock.now();
         let first = RenderContext {
             messages: &inputs.messages,
             tools: inputs.tools.as_ref(),
-            documents: inputs.documents.as_ref(),
+            documents: args.documents.as_ref(),
             add_generation_prompt: true,
             special_tokens: &self.files.special_tokens,
-            extra: &inputs.extra,
+            extra: &args.extra,
             now,
         };
         if let Ok(text) = template.render(&first) {
@@ -759,6 +857,23 @@ impl ModelCounter {
         template
             .render(&retry)
             .map_err(|e| CountError::Template(e.to_string()))
+    }
+}
+
+/// A chat prompt as SGLang tokenizes it.
+struct ChatPrompt {
+    text: String,
+    add_special_tokens: bool,
+}
+
+/// SGLang answers a raised exception with an error (400 for `ValueError`,
+/// 500 otherwise); either way nothing is generated, and the guard refuses.
+fn glm53_error(e: glm53::Glm53Error) -> CountError {
+    match e {
+        glm53::Glm53Error::Raised { .. } => CountError::Template(e.to_string()),
+        glm53::Glm53Error::Unmodelled(why) => CountError::Unsupported(format!(
+            "the GLM-5.3 template would render this request in a way the guard does not reproduce: {why}"
+        )),
     }
 }
 

@@ -67,6 +67,21 @@ pub struct Options {
     /// `--trust-request-chat-template`: `_validate_request` lets a request's
     /// own `chat_template` kwarg through (the guard then refuses to count it).
     pub trust_request_chat_template: bool,
+    /// How messages are handed to the encoder: the Jinja path's processing,
+    /// or the DeepSeek-V3.2 encoder's.
+    pub style: MessageStyle,
+}
+
+/// Which of `_apply_jinja_template`'s branches shapes the messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MessageStyle {
+    /// `process_content_for_template_format` in the template's content
+    /// format, `None`-valued keys dropped, `normalize_tool_content`.
+    #[default]
+    Template,
+    /// The dsv32 branch: list content flattened to text (those messages lose
+    /// their `None` keys), the other messages keep every dumped key.
+    Dsv32,
 }
 
 impl Options {
@@ -106,22 +121,45 @@ pub struct ChatInputs {
     pub messages: Value,
     /// The dumped tools, or `None` (no tools / `tool_choice: "none"` / no match).
     pub tools: Option<Value>,
-    /// `documents` from `chat_template_kwargs` (an `apply_chat_template` argument).
-    pub documents: Option<Value>,
-    /// `reasoning_effort`, then `chat_template_kwargs`, minus the keys
-    /// `apply_chat_template` consumes itself.
+    /// Every request tool, dumped (the dsv32 encoder renders them all when
+    /// any reaches the template).
+    pub all_tools: Option<Value>,
+    /// `extra_template_kwargs`: `reasoning_effort`, then
+    /// `chat_template_kwargs` (server defaults merged in), as SGLang passes
+    /// them on ([`ChatInputs::jinja_arguments`] applies `apply_chat_template`'s
+    /// own rules to them).
     pub extra: Map<String, Value>,
     /// The final assistant text under `continue_final_message`.
     pub assistant_prefix: Option<String>,
     /// The configured upper bounds of the admitted media parts, summed: added
     /// to the text's count (the multimodal opt-in; 0 without media).
     pub media_tokens: usize,
-    /// `chat_template=` among the kwargs: `apply_chat_template` renders that
-    /// template instead of the model's.
+}
+
+/// The kwargs as transformers' `apply_chat_template` splits them.
+#[derive(Debug, Default)]
+pub struct JinjaArguments {
+    /// The template variables.
+    pub extra: Map<String, Value>,
+    /// `documents=`.
+    pub documents: Option<Value>,
+    /// `chat_template=`: rendered instead of the model's template.
     pub template_override: Option<String>,
 }
 
 impl ChatInputs {
+    /// `apply_chat_template`'s treatment of the kwargs (see
+    /// [`apply_chat_template_arguments`]).
+    pub fn jinja_arguments(&self) -> Result<JinjaArguments, CountError> {
+        let mut extra = self.extra.clone();
+        let (documents, template_override) = apply_chat_template_arguments(&mut extra)?;
+        Ok(JinjaArguments {
+            extra,
+            documents,
+            template_override,
+        })
+    }
+
     /// SGLang's retry argument: each tool replaced by its `function` object
     /// (`[t["function"] if "function" in t else t for t in tools]`).
     pub fn flat_tools(&self) -> Option<Value> {
@@ -1000,7 +1038,7 @@ pub fn prepare_with(
     // --- `_apply_jinja_template` ------------------------------------------------------
     let mut processed: Vec<Value> = Vec::with_capacity(messages.len());
     for m in &messages {
-        processed.push(process_message(m, format)?);
+        processed.push(process_message(m, format, opts.style)?);
     }
     // `_handle_last_assistant_message` (always runs: `_format_add_generation_prompt` is unset).
     let mut assistant_prefix = None;
@@ -1035,16 +1073,18 @@ pub fn prepare_with(
             extra.insert(k, v);
         }
     }
-    let (documents, template_override) = apply_chat_template_arguments(&mut extra)?;
+    let all_tools = tools
+        .as_ref()
+        .filter(|ts| !ts.is_empty())
+        .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect()));
 
     Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
         tools: template_tools,
-        documents,
+        all_tools,
         extra,
         assistant_prefix,
         media_tokens,
-        template_override,
     })))
 }
 
@@ -1140,7 +1180,11 @@ fn apply_chat_template_arguments(
 
 /// `msg.model_dump()` → `normalize_assistant_tool_call_arguments` → `content=""` for
 /// None → `process_content_for_template_format` → `normalize_tool_content`.
-fn process_message(m: &Message<'_>, format: ContentFormat) -> Result<Value, CountError> {
+fn process_message(
+    m: &Message<'_>,
+    format: ContentFormat,
+    style: MessageStyle,
+) -> Result<Value, CountError> {
     // The dump, in field order; `None` marks a null value (dropped below).
     let mut fields: Vec<(&'static str, Option<Value>)> = Vec::with_capacity(9);
     fields.push(("role", Some(Value::String(m.role.clone()))));
@@ -1216,6 +1260,38 @@ fn process_message(m: &Message<'_>, format: ContentFormat) -> Result<Value, Coun
     }
 
     let mut out = Map::new();
+    if style == MessageStyle::Dsv32 {
+        // `model_dump()` keeps every key, `None` as `None`; a list content is
+        // flattened by `process_content_for_template_format(msg, "string")`,
+        // which also drops that message's `None` keys.
+        for (k, v) in fields {
+            match (k, v, list_content) {
+                ("content", _, Some(parts)) => {
+                    if parts.iter().any(|p| matches!(p, Part::Media(_))) {
+                        return Err(CountError::Unsupported(
+                            "media parts on the DeepSeek-V3.2 encoder are not modelled by the guard".into(),
+                        ));
+                    }
+                    let texts: Vec<&str> = parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::Text(t) => Some(*t),
+                            _ => None,
+                        })
+                        .collect();
+                    out.insert(k.to_owned(), Value::String(texts.join(" ")));
+                }
+                (_, Some(v), _) => {
+                    out.insert(k.to_owned(), v);
+                }
+                (_, None, None) => {
+                    out.insert(k.to_owned(), Value::Null);
+                }
+                (_, None, Some(_)) => {}
+            }
+        }
+        return Ok(Value::Object(out));
+    }
     match list_content {
         None => {
             for (k, v) in fields {
@@ -1719,9 +1795,12 @@ mod tests {
         assert!(refuse(
             json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"chat_template": "x"}})
         ));
-        assert!(refuse(
-            json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"tokenize": true}})
-        ));
+        // `apply_chat_template`'s own keywords refuse where it is called.
+        let t = template(
+            json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"tokenize": true}}),
+            ContentFormat::String,
+        );
+        assert!(t.jinja_arguments().is_err());
         assert!(refuse(
             json!({"messages": [{"role": "user", "content": null}]})
         ));

@@ -23,6 +23,9 @@ use super::model::ModelFiles;
 use super::serving::{conversation_template_for, show, ChatTemplateArg, ServerConfig, Unmodelled};
 use super::template::{detect_content_format, ChatTemplate, ContentFormat};
 
+pub mod dsv32;
+pub mod glm53;
+
 /// The Jinja path (`_apply_jinja_template` → `apply_chat_template`): the
 /// template SGLang's `TemplateManager` settled on, or why there is none.
 #[derive(Clone)]
@@ -37,6 +40,17 @@ pub struct Jinja {
 pub enum Encoder {
     /// A Hugging Face Jinja template.
     Jinja(Jinja),
+    /// SGLang's GLM-5.3 Python template (`python_chat_template.py`).
+    /// `jinja` is `tokenizer.chat_template`, which the installed
+    /// `apply_chat_template` still hands some calls to (a `chat_template`
+    /// or `continue_final_message` kwarg).
+    Glm53 {
+        variant: glm53::Variant,
+        jinja: Jinja,
+    },
+    /// SGLang's `encoding_dsv32.encode_messages` (`chat_encoding_spec ==
+    /// "dsv32"`).
+    Dsv32,
 }
 
 /// What [`select`] settled on: the encoder and the facts SGLang derives
@@ -48,10 +62,12 @@ pub struct Selected {
 }
 
 impl Encoder {
-    /// The Jinja template, when the chat path renders one.
+    /// The Jinja template `tokenizer.apply_chat_template` renders, when
+    /// this encoder renders one on some path.
     pub fn jinja(&self) -> Option<&Jinja> {
         match self {
-            Encoder::Jinja(j) => Some(j),
+            Encoder::Jinja(j) | Encoder::Glm53 { jinja: j, .. } => Some(j),
+            Encoder::Dsv32 => None,
         }
     }
 
@@ -59,7 +75,27 @@ impl Encoder {
     pub fn name(&self) -> &'static str {
         match self {
             Encoder::Jinja(_) => "jinja",
+            Encoder::Glm53 { variant, .. } => variant.name(),
+            Encoder::Dsv32 => "dsv32",
         }
+    }
+
+    /// `OpenAIServingChat._resolve_inline_system_support` where it does not
+    /// probe a Jinja source: an encoding spec answers
+    /// `spec_supports_inline_system` (true for kimi_k3 only), a Python
+    /// template its own `supports_inline_system`.
+    pub fn inline_system(&self) -> Option<bool> {
+        match self {
+            Encoder::Jinja(_) => None,
+            Encoder::Glm53 { .. } => Some(glm53::SUPPORTS_INLINE_SYSTEM),
+            Encoder::Dsv32 => Some(false),
+        }
+    }
+
+    /// `chat_encoding.spec_owns_reasoning_history`: the encoder renders
+    /// assistant `reasoning_content` itself.
+    pub fn owns_reasoning_history(&self) -> bool {
+        matches!(self, Encoder::Dsv32)
     }
 }
 
@@ -115,71 +151,75 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
         ));
     }
 
-    // 1. TemplateManager.load_chat_template.
-    let template_source: Option<String> = match &cfg.chat_template {
-        Some(ChatTemplateArg::Jinja { path }) => {
-            Some(load_jinja_file(path).map_err(|e| {
-                unmodelled(
-                    "chat_template",
-                    path,
-                    format!(
-                        "the server renders with this file; give the guard the same file at the same path ({e})"
-                    ),
-                )
-            })?)
-        }
-        Some(ChatTemplateArg::Python(name)) => {
-            return Err(unmodelled(
-                "chat_template",
-                name,
-                "SGLang's GLM-5.3 Python template is not modelled by this build",
-            ))
-        }
-        Some(ChatTemplateArg::Conversation(name)) => {
-            return Err(unmodelled(
-                "chat_template",
-                name,
-                "an SGLang conversation template, which the guard does not model",
-            ))
-        }
-        None => {
-            if let Some(name) = cfg
-                .model_path
-                .as_deref()
-                .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
-            {
-                return Err(unmodelled(
-                    "model_path",
-                    cfg.model_path.as_deref().unwrap_or_default(),
-                    format!(
-                        "SGLang infers the conversation template `{name}` from this model path or type and \
-                         renders with it; the guard does not model conversation templates"
-                    ),
-                ));
-            }
-            let hf = files
-                .hf_template(cfg.multimodal, cfg.hf_chat_template_name.as_deref())
-                .map_err(|e| {
+    // 1. TemplateManager.load_chat_template: `tokenizer.chat_template` and
+    //    the Python template, if one is installed.
+    let (template_source, python): (Option<String>, Option<glm53::Variant>) =
+        match &cfg.chat_template {
+            Some(ChatTemplateArg::Jinja { path }) => (
+                Some(load_jinja_file(path).map_err(|e| {
                     unmodelled(
-                        "hf_chat_template_name",
-                        cfg.hf_chat_template_name.as_deref().unwrap_or_default(),
-                        e,
+                        "chat_template",
+                        path,
+                        format!(
+                            "the server renders with this file; give the guard the same file at the same path ({e})"
+                        ),
+                    )
+                })?),
+                None,
+            ),
+            Some(ChatTemplateArg::Python(name)) => {
+                let variant = glm53::Variant::from_name(name).ok_or_else(|| {
+                    unmodelled(
+                        "chat_template",
+                        name,
+                        "an SGLang Python chat template this build does not model",
                     )
                 })?;
-            if let Some(t) = &hf {
-                if python_template_for(&arch.architectures, t).is_some() {
+                // `_load_explicit_chat_template` installs the Python template and
+                // leaves `tokenizer.chat_template` as the tokenizer loaded it.
+                (files.hf_template(false, None).ok().flatten(), Some(variant))
+            }
+            Some(ChatTemplateArg::Conversation(name)) => {
+                return Err(unmodelled(
+                    "chat_template",
+                    name,
+                    "an SGLang conversation template, which the guard does not model",
+                ))
+            }
+            None => {
+                if let Some(name) = cfg
+                    .model_path
+                    .as_deref()
+                    .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
+                {
                     return Err(unmodelled(
-                        "architectures",
-                        arch.first(),
-                        "SGLang renders this GLM-5.3 checkpoint with its Python template, which this build does not model",
+                        "model_path",
+                        cfg.model_path.as_deref().unwrap_or_default(),
+                        format!(
+                            "SGLang infers the conversation template `{name}` from this model path or type and \
+                             renders with it; the guard does not model conversation templates"
+                        ),
                     ));
                 }
+                let hf = files
+                    .hf_template(cfg.multimodal, cfg.hf_chat_template_name.as_deref())
+                    .map_err(|e| {
+                        unmodelled(
+                            "hf_chat_template_name",
+                            cfg.hf_chat_template_name.as_deref().unwrap_or_default(),
+                            e,
+                        )
+                    })?;
+                let python = hf
+                    .as_deref()
+                    .and_then(|t| python_template_for(&arch.architectures, t))
+                    .and_then(glm53::Variant::from_name);
+                (hf, python)
             }
-            hf
-        }
-    };
+        };
 
-    // 2. chat_encoding.resolve_chat_encoding_spec.
+    // 2. chat_encoding.resolve_chat_encoding_spec: a spec replaces the
+    //    template (Python ones included) on the chat path.
     if let Some(spec) = encoding_spec(
         cfg.tool_call_parser.as_deref(),
         &arch,
@@ -191,22 +231,39 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
             }
             _ => ("architectures", arch.first().to_string()),
         };
-        return Err(unmodelled(
-            setting,
-            &value,
-            format!("SGLang encodes this model's chat with its `{spec}` encoder, which this build does not model"),
-        ));
+        let content_format = template_source
+            .as_deref()
+            .map_or(ContentFormat::String, detect_content_format);
+        return match spec {
+            "dsv32" => Ok(Selected {
+                encoder: Encoder::Dsv32,
+                content_format,
+            }),
+            _ => Err(unmodelled(
+                setting,
+                &value,
+                format!("SGLang encodes this model's chat with its `{spec}` encoder, which this build does not model"),
+            )),
+        };
     }
 
+    let jinja = Jinja {
+        template: match template_source.clone() {
+            Some(source) => compile(source),
+            None => Err("this model has no chat template".to_owned()),
+        },
+    };
+    if let Some(variant) = python {
+        return Ok(Selected {
+            encoder: Encoder::Glm53 { variant, jinja },
+            content_format: ContentFormat::OpenAi,
+        });
+    }
     let content_format = template_source
         .as_deref()
         .map_or(ContentFormat::String, detect_content_format);
-    let template = match template_source {
-        Some(source) => compile(source),
-        None => Err("this model has no chat template".to_owned()),
-    };
     Ok(Selected {
-        encoder: Encoder::Jinja(Jinja { template }),
+        encoder: Encoder::Jinja(jinja),
         content_format,
     })
 }
@@ -301,7 +358,7 @@ pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
 /// Whether this build counts chat with the named encoder.
 fn modelled(encoder: &str) -> Result<(), String> {
     match encoder {
-        "jinja" => Ok(()),
+        "jinja" | "dsv32" | "glm-5.3" | "glm-5.3-flash" => Ok(()),
         other => Err(format!(
             "the `{other}` encoder is not modelled by this build"
         )),
