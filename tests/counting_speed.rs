@@ -73,7 +73,7 @@ fn varied_text(bytes: usize, ascii_only: bool) -> String {
             continue;
         }
         s.push_str(w);
-        if !w.ends_with('\n') && state % 5 != 0 {
+        if !w.ends_with('\n') && !state.is_multiple_of(5) {
             s.push(' ');
         }
     }

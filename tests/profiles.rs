@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 /// Profiles whose encoder this build does not have yet: every case must be
 /// refused as `server_config_unmodelled` (never counted the Jinja way).
-const PENDING_ENCODERS: &[&str] = &["deepseek-v4"];
+const PENDING_ENCODERS: &[&str] = &[];
 
 fn server_info_defaults() -> Value {
     let text = include_str!("data/server_info_defaults.json");

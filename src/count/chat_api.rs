@@ -226,6 +226,19 @@ impl ModelCounter {
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
+        if let (Encoder::Dsv4 { .. }, ChatApi::Anthropic | ChatApi::Responses) =
+            (self.encoder(), api)
+        {
+            // recipe reads the `ChatCompletionRequest` these routes build in
+            // Python (which fields count as set), which is not modelled.
+            return Err(CountError::Unsupported(format!(
+                "{} on a DeepSeek-V4 model is not modelled by the guard; use /v1/chat/completions",
+                match api {
+                    ChatApi::Anthropic => "/v1/messages",
+                    _ => "/v1/responses",
+                }
+            )));
+        }
         match api {
             ChatApi::Ollama => self.count_ollama_chat(body, clock, ctx),
             ChatApi::Anthropic => {

@@ -15,6 +15,7 @@ pub mod responses;
 pub mod serving;
 pub mod template;
 pub mod tokenizer;
+pub mod wire;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,7 +30,7 @@ pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
-use encoder::{dsv32, glm53};
+use encoder::{dsv32, dsv4, glm53};
 use preprocess::{ChatInputs, Prepared};
 use template::RenderContext;
 
@@ -471,6 +472,7 @@ impl ModelCounter {
                 Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
                 _ => preprocess::MessageStyle::Template,
             },
+            wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
             ..preprocess::Options::for_server(&self.server)
         }
     }
@@ -666,7 +668,13 @@ impl ModelCounter {
             Prepared::Ids(_) => Err(CountError::invalid(
                 "the request carries input_ids: SGLang applies no chat template to it",
             )),
-            Prepared::Template(inputs) => Ok(self.chat_prompt(&inputs, clock)?.text),
+            Prepared::Template(inputs) => {
+                if let Encoder::Dsv4 { .. } = self.encoder {
+                    let prompt = self.dsv4_prompt(&inputs)?;
+                    return Ok(self.spell_pieces(&prompt));
+                }
+                Ok(self.chat_prompt(&inputs, clock)?.text)
+            }
         }
     }
 
@@ -725,6 +733,11 @@ impl ModelCounter {
             Prepared::Ids(n) => return Ok(n),
             Prepared::Template(inputs) => inputs,
         };
+        if let Encoder::Dsv4 { plain, .. } = &self.encoder {
+            // The adapter handles a trailing assistant turn itself.
+            let prompt = self.dsv4_prompt(&inputs)?;
+            return self.count_pieces(ctx, &prompt, plain);
+        }
         let prompt = self.chat_prompt(&inputs, clock)?;
         let mut n = self.measure(ctx, &prompt.text, prompt.add_special_tokens)?;
         drop(prompt);
@@ -761,7 +774,115 @@ impl ModelCounter {
                 Ok(self.template_text(text))
             }
             Encoder::Dsv32 => self.dsv32_prompt(inputs),
+            Encoder::Dsv4 { .. } => Err(CountError::Unsupported(
+                "the DeepSeek-V4 prompt is counted as pieces, not text".into(),
+            )),
         }
+    }
+
+    /// `DeepSeekRecipeChatEncodingAdapter.encode_messages`.
+    fn dsv4_prompt(&self, inputs: &ChatInputs) -> Result<dsv4::Prompt, CountError> {
+        let Encoder::Dsv4 { encoder, .. } = &self.encoder else {
+            unreachable!("called on the dsv4 encoder only")
+        };
+        let wire = inputs
+            .wire
+            .as_ref()
+            .ok_or_else(|| CountError::Unsupported("no wire request was dumped".into()))?;
+        let tools = inputs.tools.as_ref().and_then(Value::as_array);
+        let request = dsv4::Request {
+            wire,
+            tools: tools.map(Vec::as_slice),
+            thinking: self.thinking_requested(inputs),
+            reasoning_effort: inputs.reasoning_effort.as_ref(),
+        };
+        let prompt = encoder.encode(&request).map_err(|e| match e {
+            dsv4::Dsv4Error::Rejected(m) => CountError::invalid(m),
+            dsv4::Dsv4Error::Unsupported(m) => CountError::Unsupported(format!(
+                "the DeepSeek-V4 encoder would build this prompt in a way the guard does not reproduce: {m}"
+            )),
+            e => CountError::Template(e.to_string()),
+        })?;
+        if prompt.images > 0 {
+            return Err(CountError::Unsupported(
+                "image parts on the DeepSeek-V4.1 encoder are not modelled by the guard".into(),
+            ));
+        }
+        Ok(prompt)
+    }
+
+    /// `_thinking_requested`: the `thinking` kwarg (server defaults merged
+    /// in), else `SGLANG_DEFAULT_THINKING`.
+    fn thinking_requested(&self, inputs: &ChatInputs) -> bool {
+        match inputs.extra.get("thinking") {
+            Some(v) => py::truthy(v),
+            None => self.server.env.default_thinking,
+        }
+    }
+
+    /// The prompt's length: one per special token, text runs measured (a
+    /// run recipe encodes without the added vocabulary by the full
+    /// tokenizer where that is the same split, else exactly by the plain one).
+    fn count_pieces(
+        &self,
+        ctx: &Ctx,
+        prompt: &dsv4::Prompt,
+        plain: &encoder::PlainText,
+    ) -> Result<usize, CountError> {
+        if self.server.skip_tokenizer_init {
+            return self.measure(ctx, "", false);
+        }
+        let mut n = 0usize;
+        for piece in &prompt.pieces {
+            n = n.saturating_add(match piece {
+                dsv4::Piece::Special(_) => 1,
+                dsv4::Piece::Text(text) => self.measure(ctx, text, false)?,
+                dsv4::Piece::Plain(text) if plain.same_as_full(text) => {
+                    self.measure(ctx, text, false)?
+                }
+                dsv4::Piece::Plain(text) => {
+                    if ctx.bound {
+                        // Not measured: the bound pass decides nothing.
+                        ctx.used_bound.set(true);
+                        ctx.unbounded.set(true);
+                        0
+                    } else {
+                        plain
+                            .tokenizer
+                            .encode_fast(text.as_str(), false)
+                            .map_err(|e| CountError::Tokenizer(e.to_string()))?
+                            .len()
+                    }
+                }
+            });
+            if !ctx.bound && ctx.limit.is_some_and(|l| n >= l) {
+                // Every later piece only adds: the prompt is at least this long.
+                ctx.stopped.set(true);
+                return Ok(n);
+            }
+        }
+        Ok(n)
+    }
+
+    /// The prompt as text, special tokens by their spelling (`count
+    /// --print-rendered`).
+    fn spell_pieces(&self, prompt: &dsv4::Prompt) -> String {
+        let mut out = String::new();
+        for piece in &prompt.pieces {
+            match piece {
+                dsv4::Piece::Special(id) => match self
+                    .files
+                    .tokenizer
+                    .as_ref()
+                    .and_then(|t| t.inner.id_to_token(*id))
+                {
+                    Some(t) => out.push_str(&t),
+                    None => out.push_str(&format!("<special {id}>")),
+                },
+                dsv4::Piece::Plain(t) | dsv4::Piece::Text(t) => out.push_str(t),
+            }
+        }
+        out
     }
 
     /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
@@ -808,11 +929,7 @@ impl ModelCounter {
         if let (true, Some(all)) = (reaches, &inputs.all_tools) {
             messages[0]["tools"] = all.clone();
         }
-        let thinking = match inputs.extra.get("thinking") {
-            Some(v) => py::truthy(v),
-            None => self.server.env.default_thinking,
-        };
-        let mode = if thinking {
+        let mode = if self.thinking_requested(inputs) {
             dsv32::ThinkingMode::Thinking
         } else {
             dsv32::ThinkingMode::Chat
@@ -910,6 +1027,29 @@ fn is_decoder_reranker_template(source: &str) -> bool {
     let t = source.to_lowercase();
     t.contains("answer can only be \"yes\" or \"no\"")
         || (t.contains("answer can only be") && t.contains("\"yes\"") && t.contains("\"no\""))
+}
+
+/// The shared reference data (`$PREFILL_GUARD_SHARED`, else
+/// `<crate>/../shared`), or `None` with the reason printed. Under CI (`$CI`
+/// set) a missing directory fails, naming the path looked at.
+#[cfg(test)]
+pub(crate) fn shared_dir() -> Option<std::path::PathBuf> {
+    let dir = match std::env::var_os("PREFILL_GUARD_SHARED") {
+        Some(d) => std::path::PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+    };
+    if dir.join("tokenizers").is_dir() {
+        return Some(dir);
+    }
+    let msg = format!(
+        "shared reference data not found at {} (set PREFILL_GUARD_SHARED)",
+        dir.join("tokenizers").display()
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("skipping: {msg}");
+    None
 }
 
 #[cfg(test)]

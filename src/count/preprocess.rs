@@ -70,6 +70,11 @@ pub struct Options {
     /// How messages are handed to the encoder: the Jinja path's processing,
     /// or the DeepSeek-V3.2 encoder's.
     pub style: MessageStyle,
+    /// Also dump the request as recipe receives it ([`ChatInputs::wire`]).
+    /// recipe serializes tool-call arguments itself, so its adapter also
+    /// leaves arguments that are not a JSON object as they are
+    /// (`strict_tool_call_arguments = False`).
+    pub wire: bool,
 }
 
 /// Which of `_apply_jinja_template`'s branches shapes the messages.
@@ -134,6 +139,12 @@ pub struct ChatInputs {
     /// The configured upper bounds of the admitted media parts, summed: added
     /// to the text's count (the multimodal opt-in; 0 without media).
     pub media_tokens: usize,
+    /// `request.reasoning_effort` once `_process_messages` has filled it
+    /// (the model-specific encoders read it, not the template kwarg).
+    pub reasoning_effort: Option<Value>,
+    /// The request as `model_dump(exclude_unset=True)` gives it (`wire.rs`),
+    /// when [`Options::wire`] asks for it.
+    pub wire: Option<Value>,
 }
 
 /// The kwargs as transformers' `apply_chat_template` splits them.
@@ -1038,7 +1049,7 @@ pub fn prepare_with(
     // --- `_apply_jinja_template` ------------------------------------------------------
     let mut processed: Vec<Value> = Vec::with_capacity(messages.len());
     for m in &messages {
-        processed.push(process_message(m, format, opts.style)?);
+        processed.push(process_message(m, format, opts.style, !opts.wire)?);
     }
     // `_handle_last_assistant_message` (always runs: `_format_add_generation_prompt` is unset).
     let mut assistant_prefix = None;
@@ -1065,8 +1076,8 @@ pub fn prepare_with(
 
     // Template kwargs: `reasoning_effort`, then `chat_template_kwargs`.
     let mut extra = Map::new();
-    if let Some(re) = reasoning_effort {
-        extra.insert("reasoning_effort".into(), re);
+    if let Some(re) = &reasoning_effort {
+        extra.insert("reasoning_effort".into(), re.clone());
     }
     if let Some(m) = ctk {
         for (k, v) in m {
@@ -1085,6 +1096,12 @@ pub fn prepare_with(
         extra,
         assistant_prefix,
         media_tokens,
+        reasoning_effort,
+        wire: if opts.wire {
+            Some(super::wire::dump(body)?)
+        } else {
+            None
+        },
     })))
 }
 
@@ -1184,6 +1201,7 @@ fn process_message(
     m: &Message<'_>,
     format: ContentFormat,
     style: MessageStyle,
+    strict_arguments: bool,
 ) -> Result<Value, CountError> {
     // The dump, in field order; `None` marks a null value (dropped below).
     let mut fields: Vec<(&'static str, Option<Value>)> = Vec::with_capacity(9);
@@ -1211,9 +1229,13 @@ fn process_message(
                 let mut out = Vec::with_capacity(calls.len());
                 for c in calls {
                     let arguments = match c.arguments {
-                        // `normalize_assistant_tool_call_arguments` (strict), assistant only.
+                        // `normalize_assistant_tool_call_arguments`, assistant only.
                         Some(Value::String(a)) if m.role == "assistant" => {
-                            Value::Object(parse_tool_call_arguments(a)?)
+                            match parse_tool_call_arguments(a) {
+                                Ok(args) => Value::Object(args),
+                                Err(e) if strict_arguments => return Err(e),
+                                Err(_) => Value::String(a.to_owned()),
+                            }
                         }
                         Some(v) => v.clone(),
                         None => Value::Null,

@@ -24,6 +24,7 @@ use super::serving::{conversation_template_for, show, ChatTemplateArg, ServerCon
 use super::template::{detect_content_format, ChatTemplate, ContentFormat};
 
 pub mod dsv32;
+pub mod dsv4;
 pub mod glm53;
 
 /// The Jinja path (`_apply_jinja_template` → `apply_chat_template`): the
@@ -51,6 +52,56 @@ pub enum Encoder {
     /// SGLang's `encoding_dsv32.encode_messages` (`chat_encoding_spec ==
     /// "dsv32"`).
     Dsv32,
+    /// DeepSeek's recipe with SGLang's adapter (`dsv4`, `dsv41`). `plain`
+    /// is the tokenizer without its added vocabulary, which recipe encodes
+    /// message text with.
+    Dsv4 {
+        encoder: Arc<dsv4::Dsv4>,
+        plain: Arc<PlainText>,
+    },
+}
+
+/// How recipe's plain text is counted: with the tokenizer stripped of its
+/// added vocabulary. Where the text holds no added-token spelling and the
+/// tokenizer does not normalize, that is the same split as the full
+/// tokenizer's (the added vocabulary only splits at its matches), so the
+/// full tokenizer's counting (bounds, early exit, parallel) applies.
+pub struct PlainText {
+    pub tokenizer: tokenizers::Tokenizer,
+    /// Every added token's content; `None` when the shortcut is not sound
+    /// (a normalizer that may change the text).
+    added: Option<aho_corasick::AhoCorasick>,
+}
+
+impl PlainText {
+    fn new(full: &tokenizers::Tokenizer) -> Self {
+        let identity = match full.get_normalizer() {
+            None => true,
+            Some(n) => serde_json::to_value(n).is_ok_and(|v| {
+                v.get("type").and_then(serde_json::Value::as_str) == Some("Sequence")
+                    && v.get("normalizers")
+                        .and_then(serde_json::Value::as_array)
+                        .is_some_and(Vec::is_empty)
+            }),
+        };
+        let contents: Vec<String> = full
+            .get_added_tokens_decoder()
+            .into_values()
+            .map(|t| t.content)
+            .filter(|c| !c.is_empty())
+            .collect();
+        Self {
+            tokenizer: dsv4::plain_tokenizer(full),
+            added: identity
+                .then(|| aho_corasick::AhoCorasick::new(contents).ok())
+                .flatten(),
+        }
+    }
+
+    /// The full tokenizer encodes `text` exactly as the plain one does.
+    pub fn same_as_full(&self, text: &str) -> bool {
+        self.added.as_ref().is_some_and(|ac| !ac.is_match(text))
+    }
 }
 
 /// What [`select`] settled on: the encoder and the facts SGLang derives
@@ -67,7 +118,7 @@ impl Encoder {
     pub fn jinja(&self) -> Option<&Jinja> {
         match self {
             Encoder::Jinja(j) | Encoder::Glm53 { jinja: j, .. } => Some(j),
-            Encoder::Dsv32 => None,
+            Encoder::Dsv32 | Encoder::Dsv4 { .. } => None,
         }
     }
 
@@ -77,6 +128,7 @@ impl Encoder {
             Encoder::Jinja(_) => "jinja",
             Encoder::Glm53 { variant, .. } => variant.name(),
             Encoder::Dsv32 => "dsv32",
+            Encoder::Dsv4 { encoder, .. } => spec_name(encoder.spec()),
         }
     }
 
@@ -88,14 +140,14 @@ impl Encoder {
         match self {
             Encoder::Jinja(_) => None,
             Encoder::Glm53 { .. } => Some(glm53::SUPPORTS_INLINE_SYSTEM),
-            Encoder::Dsv32 => Some(false),
+            Encoder::Dsv32 | Encoder::Dsv4 { .. } => Some(false),
         }
     }
 
     /// `chat_encoding.spec_owns_reasoning_history`: the encoder renders
     /// assistant `reasoning_content` itself.
     pub fn owns_reasoning_history(&self) -> bool {
-        matches!(self, Encoder::Dsv32)
+        matches!(self, Encoder::Dsv32 | Encoder::Dsv4 { .. })
     }
 }
 
@@ -239,6 +291,36 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
                 encoder: Encoder::Dsv32,
                 content_format,
             }),
+            "dsv4" | "dsv41" => {
+                let spec = dsv4::Spec::from_name(spec).expect("a dsv4 spec");
+                let tokenizer = files.tokenizer.as_ref().ok_or_else(|| {
+                    unmodelled(
+                        setting,
+                        &value,
+                        "the DeepSeek-V4 encoder needs the model's tokenizer.json",
+                    )
+                })?;
+                let env = dsv4::Dsv4Env {
+                    default_effort: match spec {
+                        dsv4::Spec::V4 => cfg.env.dsv4_reasoning_effort.clone(),
+                        dsv4::Spec::V41 => cfg.env.dsv41_reasoning_effort.clone(),
+                    },
+                    default_ctk_effort: cfg
+                        .default_chat_template_kwargs
+                        .get("reasoning_effort")
+                        .cloned(),
+                };
+                let encoder = dsv4::Dsv4::new(spec, &tokenizer.inner, &env).map_err(|e| {
+                    unmodelled(setting, &value, format!("SGLang's `{}` encoder: {e}", spec_name(spec)))
+                })?;
+                Ok(Selected {
+                    encoder: Encoder::Dsv4 {
+                        encoder: Arc::new(encoder),
+                        plain: Arc::new(PlainText::new(&tokenizer.inner)),
+                    },
+                    content_format,
+                })
+            }
             _ => Err(unmodelled(
                 setting,
                 &value,
@@ -266,6 +348,13 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
         encoder: Encoder::Jinja(jinja),
         content_format,
     })
+}
+
+fn spec_name(spec: dsv4::Spec) -> &'static str {
+    match spec {
+        dsv4::Spec::V4 => "dsv4",
+        dsv4::Spec::V41 => "dsv41",
+    }
 }
 
 /// `chat_encoding.resolve_chat_encoding_spec`.
@@ -358,7 +447,7 @@ pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
 /// Whether this build counts chat with the named encoder.
 fn modelled(encoder: &str) -> Result<(), String> {
     match encoder {
-        "jinja" | "dsv32" | "glm-5.3" | "glm-5.3-flash" => Ok(()),
+        "jinja" | "dsv32" | "dsv4" | "dsv41" | "glm-5.3" | "glm-5.3-flash" => Ok(()),
         other => Err(format!(
             "the `{other}` encoder is not modelled by this build"
         )),

@@ -713,7 +713,7 @@ fn group_digits(digits: &str, sep: char, every: usize) -> String {
     let n = digits.len();
     let mut out = String::with_capacity(n + n / every);
     for (k, c) in digits.chars().enumerate() {
-        if k > 0 && (n - k) % every == 0 {
+        if k > 0 && (n - k).is_multiple_of(every) {
             out.push(sep);
         }
         out.push(c);

@@ -96,25 +96,7 @@ fn snippets_match_jinja2() {
     );
 }
 
-/// The shared reference data (`/work/shared`), or `None` with the reason to skip.
-fn shared_dir() -> Option<std::path::PathBuf> {
-    let dir = match std::env::var_os("PREFILL_GUARD_SHARED") {
-        Some(d) => std::path::PathBuf::from(d),
-        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    if dir.join("tokenizers").is_dir() {
-        return Some(dir);
-    }
-    let msg = format!(
-        "shared reference data not found at {} (set PREFILL_GUARD_SHARED)",
-        dir.join("tokenizers").display()
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("skipping: {msg}");
-    None
-}
+use crate::count::shared_dir;
 
 fn load_fixture_template(dir: &std::path::Path) -> String {
     let jinja = dir.join("chat_template.jinja");
