@@ -15,6 +15,8 @@ RUN apt-get update \
  && rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# The musl C++ settings for a dependency's build script (see the file).
+COPY .cargo ./.cargo
 COPY src ./src
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin prefill-guard \
  && cp target/x86_64-unknown-linux-musl/release/prefill-guard /prefill-guard
