@@ -252,6 +252,8 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
         [
             "default_chat_template_kwargs",
             "tool_call_parser",
+            // A prefill worker: PD mode (it decides gpt-oss Responses refusals).
+            "disaggregation_mode",
             "model_path",
             "tokenizer_mode"
         ]

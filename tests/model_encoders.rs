@@ -78,6 +78,7 @@ fn golden_tokens(shared: &Path, profile: &str, case: &str) -> usize {
 /// as too long and not forwarded.
 async fn boundary(
     label: &str,
+    route: &str,
     dir: &Path,
     model: &Path,
     settings: &Value,
@@ -104,7 +105,7 @@ async fn boundary(
     let http = reqwest::Client::new();
     let post = |body: &Value| {
         let req = http
-            .post(format!("http://{listen}/v1/chat/completions"))
+            .post(format!("http://{listen}{route}"))
             .header("content-type", "application/json")
             .body(body.to_string());
         async move {
@@ -174,7 +175,16 @@ async fn deepseek_v3_2_by_parser_and_by_architecture() {
                     )
                 })
                 .collect();
-        boundary(profile, tmp.path(), &model, &settings, &arch, &requests).await;
+        boundary(
+            profile,
+            "/v1/chat/completions",
+            tmp.path(),
+            &model,
+            &settings,
+            &arch,
+            &requests,
+        )
+        .await;
     }
 }
 
@@ -200,6 +210,7 @@ async fn deepseek_v4() {
             .collect();
     boundary(
         "deepseek-v4",
+        "/v1/chat/completions",
         tmp.path(),
         &model,
         &settings,
@@ -269,5 +280,55 @@ async fn glm_5_3_python_template() {
     // (it is selected, not the file beside the tokenizer).
     let jinja = binary_count(tmp.path(), &model, &json!({}), &requests[0].0);
     assert_ne!(jinja, requests[0].1, "the GLM-5.3 template is in force");
-    boundary("glm-5.3", tmp.path(), &model, &settings, &arch, &requests).await;
+    boundary(
+        "glm-5.3",
+        "/v1/chat/completions",
+        tmp.path(),
+        &model,
+        &settings,
+        &arch,
+        &requests,
+    )
+    .await;
+}
+
+/// gpt-oss `/v1/responses`, rendered by openai-harmony in SGLang: the
+/// lengths are SGLang's own (`src/count/encoder/testdata/gen_harmony.py`
+/// ran its harmony path on these bodies).
+#[tokio::test]
+async fn gpt_oss_responses_through_harmony() {
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
+    let expected: Value = serde_json::from_str(include_str!(
+        "../src/count/encoder/testdata/harmony_expected.json"
+    ))
+    .unwrap();
+    let requests: Vec<(Value, usize)> = ["text_input", "fn_tool_complex", "multi_turn"]
+        .iter()
+        .map(|name| {
+            let case = expected["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == *name && c["setting"] == "default")
+                .unwrap_or_else(|| panic!("harmony case {name}"));
+            let mut body = case["body"].clone();
+            body["model"] = json!(MODEL);
+            (body, case["expect"]["tokens"].as_u64().unwrap() as usize)
+        })
+        .collect();
+    let arch = json!({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss"});
+    let tmp = tempfile::tempdir().unwrap();
+    let model = model_dir(tmp.path(), &shared.join("tokenizers/gpt-oss"), &arch, &[]);
+    boundary(
+        "gpt-oss",
+        "/v1/responses",
+        tmp.path(),
+        &model,
+        &json!({}),
+        &arch,
+        &requests,
+    )
+    .await;
 }

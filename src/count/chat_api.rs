@@ -2,9 +2,12 @@
 //! `/v1/messages`, Ollama's `/api/chat`): what each conversion needs to know
 //! about the model, and how a converted request is counted.
 
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 
-use super::encoder::{glm53, Encoder};
+use super::encoder::harmony::{self, HarmonyError, HarmonySettings};
+use super::encoder::{dsv4, glm53, Encoder, PlainText};
 use super::model::ModelFiles;
 use super::preprocess::{self, Options};
 use super::serving::Arch;
@@ -28,7 +31,38 @@ pub(super) struct ModelTraits {
     inline_system: Option<bool>,
     /// `hf_config.model_type == "gpt_oss"`: SGLang renders `/v1/responses`
     /// with openai-harmony instead of the chat template.
-    harmony: bool,
+    harmony: Option<HarmonyVocabulary>,
+}
+
+/// How a gpt-oss model's harmony text runs are counted, or why they cannot be.
+#[derive(Clone)]
+struct HarmonyVocabulary(Result<Arc<PlainText>, String>);
+
+impl std::fmt::Debug for HarmonyVocabulary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Ok(_) => f.write_str("HarmonyVocabulary(o200k_harmony)"),
+            Err(e) => write!(f, "HarmonyVocabulary(unusable: {e})"),
+        }
+    }
+}
+
+impl HarmonyVocabulary {
+    /// Harmony encodes text with `o200k_harmony`'s `encode_ordinary`; the
+    /// model's `tokenizer.json` gives the same ids only when it *is* that
+    /// vocabulary, which is checked here once (see `harmony::check_vocabulary`).
+    fn load(files: &ModelFiles) -> Self {
+        let checked = files
+            .tokenizer
+            .as_ref()
+            .ok_or_else(|| "the model directory has no tokenizer.json".to_string())
+            .and_then(|t| {
+                let doc = serde_json::to_value(&t.inner).map_err(|e| e.to_string())?;
+                harmony::check_vocabulary(&doc)?;
+                Ok(Arc::new(PlainText::new(&t.inner)))
+            });
+        Self(checked)
+    }
 }
 
 impl ModelTraits {
@@ -48,7 +82,8 @@ impl ModelTraits {
         };
         Self {
             inline_system,
-            harmony: is_harmony_model(files, arch, template.map(|(s, _)| s)),
+            harmony: is_harmony_model(files, arch, template.map(|(s, _)| s))
+                .then(|| HarmonyVocabulary::load(files)),
         }
     }
 }
@@ -245,18 +280,54 @@ impl ModelCounter {
                 self.count_converted(|inline| anthropic::convert(body, inline), clock, ctx)
             }
             ChatApi::Responses => {
-                if self.api.harmony {
-                    // The request's own refusals (server-side state, built-in tools) first.
-                    responses::convert(body, false)?;
-                    return Err(CountError::Unsupported(
-                        "/v1/responses on a gpt-oss (harmony) model is refused: SGLang renders it with \
-                         openai-harmony, not the chat template, and the guard does not model that encoding"
-                            .into(),
-                    ));
+                if let Some(vocabulary) = &self.api.harmony {
+                    return self.count_harmony(vocabulary, body, clock, ctx);
                 }
                 self.count_converted(|inline| responses::convert(body, inline), clock, ctx)
             }
         }
+    }
+
+    /// gpt-oss `/v1/responses`: the prompt harmony renders, its formatting
+    /// tokens one id each and every text run encoded on its own.
+    fn count_harmony(
+        &self,
+        vocabulary: &HarmonyVocabulary,
+        body: &Value,
+        clock: Clock,
+        ctx: &Ctx,
+    ) -> Result<usize, CountError> {
+        let settings = HarmonySettings {
+            enable_response_store: self.server().enable_response_store,
+            disaggregated: self.server().disaggregated,
+            tool_server: self.server().harmony_tool_server(),
+        };
+        // The server's local date; the count does not depend on it (a date is
+        // always the same number of tokens), only the text does.
+        let prompt = harmony::responses_prompt(body, &settings, clock.now().date()).map_err(
+            |e| match e {
+                HarmonyError::Invalid(m) => CountError::invalid(m),
+                HarmonyError::Unsupported(m) => CountError::Unsupported(m),
+            },
+        )?;
+        let plain = vocabulary.0.as_ref().map_err(|e| {
+            CountError::Unsupported(format!(
+                "/v1/responses on this gpt-oss model is refused: SGLang encodes it with openai-harmony's \
+                 o200k_harmony, and {e}"
+            ))
+        })?;
+        let pieces = dsv4::Prompt {
+            pieces: prompt
+                .pieces
+                .into_iter()
+                .map(|p| match p {
+                    harmony::Piece::Special(id) => dsv4::Piece::Special(id),
+                    harmony::Piece::Text(t) => dsv4::Piece::Plain(t),
+                })
+                .collect(),
+            images: 0,
+        };
+        self.count_pieces(ctx, &pieces, plain)
     }
 
     /// Counts a converted request. When the template's inline-system support is
@@ -497,5 +568,119 @@ mod tests {
         assert_eq!(probe(generation), Some(false));
         let kwargs = "{% for m in messages %}{{ m | tojson(ensure_ascii=False) }}{% endfor %}";
         assert_eq!(probe(kwargs), None);
+    }
+}
+
+/// gpt-oss `/v1/responses` through the whole counter, as the proxy counts it.
+#[cfg(test)]
+mod harmony_tests {
+    use std::sync::Arc;
+
+    use serde_json::Value;
+
+    use crate::count::model::ModelFiles;
+    use crate::count::{ChatApi, Clock, CountError, CountPolicy, ModelCounter, ServerConfig, Unit};
+
+    const EXPECTED: &str = include_str!("encoder/testdata/harmony_expected.json");
+
+    /// The server configuration of a generator setting, when one exists:
+    /// the tool server's tools are not published, so a tool server reads as
+    /// offering both built-ins, and a setting with another set has none.
+    fn server(setting: &Value) -> Option<ServerConfig> {
+        let tools = setting["tool_server"].as_array();
+        let both = tools.is_some_and(|t| t.len() == 2);
+        if tools.is_some() && !both {
+            return None;
+        }
+        Some(ServerConfig {
+            enable_response_store: setting["store"] == true,
+            disaggregated: setting["pd"] == true,
+            tool_server: both,
+            ..ServerConfig::default()
+        })
+    }
+
+    /// Every generated case SGLang serves is counted exactly (refused at its
+    /// length, allowed one token higher); SGLang's refusals and the guard's
+    /// are refused.
+    #[test]
+    fn the_counter_counts_what_sglang_renders() {
+        let Some(shared) = crate::count::shared_dir() else {
+            return;
+        };
+        let files = Arc::new(
+            ModelFiles::load(&shared.join("tokenizers/gpt-oss"))
+                .expect("the gpt-oss fixture loads"),
+        );
+        let data: Value = serde_json::from_str(EXPECTED).unwrap();
+        let (mut counted, mut refused, mut failures) = (0, 0, Vec::new());
+        let mut counters = std::collections::HashMap::new();
+        for case in data["cases"].as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let setting = case["setting"].as_str().unwrap();
+            let Some(server) = server(&data["settings"][setting]) else {
+                continue;
+            };
+            let counter = counters.entry(setting).or_insert_with(|| {
+                ModelCounter::for_server(files.clone(), Arc::new(server)).unwrap()
+            });
+            let date =
+                chrono::NaiveDate::parse_from_str(case["date"].as_str().unwrap(), "%Y-%m-%d")
+                    .unwrap();
+            let clock = Clock::Fixed(date.and_hms_opt(12, 0, 0).unwrap());
+            let unit = Unit::ChatApi(ChatApi::Responses, Arc::new(case["body"].clone()));
+            let got = counter.count(&unit, clock);
+            match (&got, &case["expect"]) {
+                (Ok(n), Value::Object(e)) if Some(*n as u64) == e["tokens"].as_u64() => {
+                    counted += 1;
+                    for (limit, over) in [(*n, true), (n + 1, false)] {
+                        let policy = CountPolicy {
+                            limit: Some(limit),
+                            ..CountPolicy::default()
+                        };
+                        match counter.count_with(&unit, clock, policy) {
+                            Ok(c) if (c.tokens >= limit) == over => {}
+                            other => failures.push(format!("{name}: limit {limit}: {other:?}")),
+                        }
+                    }
+                }
+                (Err(CountError::Invalid { .. }), Value::String(e)) if e == "sglang_refuses" => {
+                    refused += 1
+                }
+                (Err(CountError::Unsupported(_)), Value::String(e)) if e == "guard_refuses" => {
+                    refused += 1
+                }
+                (got, want) => failures.push(format!("{name}: guard {got:?}, SGLang {want}")),
+            }
+        }
+        println!("{counted} counted exactly, {refused} refused as expected");
+        assert!(counted > 150, "only {counted} cases counted");
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// Another vocabulary under a harmony template: the Responses API is
+    /// refused (harmony would not encode with this tokenizer), chat is not.
+    #[test]
+    fn a_model_that_is_not_o200k_harmony_is_refused_on_responses() {
+        let Some(shared) = crate::count::shared_dir() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let qwen = shared.join("tokenizers/qwen2.5");
+        for f in ["tokenizer.json", "tokenizer_config.json"] {
+            std::fs::copy(qwen.join(f), dir.path().join(f)).unwrap();
+        }
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"model_type": "gpt_oss"}"#,
+        )
+        .unwrap();
+        let counter = ModelCounter::load(dir.path()).unwrap();
+        let body = Arc::new(serde_json::json!({"model": "m", "input": "hi"}));
+        let got = counter.count(&Unit::ChatApi(ChatApi::Responses, body), Clock::default());
+        match got {
+            Err(CountError::Unsupported(m)) => assert!(m.contains("o200k_harmony"), "{m}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 }

@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use super::encoder::harmony::ToolServer;
+
 /// Where SGLang publishes a setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -136,7 +138,13 @@ pub static SETTINGS: &[Setting] = &[
         name: "tool_server",
         origin: Origin::ServerInfo,
         handling: Handling::Modelled,
-        what: "adds built-in tool descriptions to gpt-oss /v1/responses prompts: requests listing built-in tools are refused",
+        what: "gpt-oss /v1/responses: which built-in tools the server offers (its tools are not visible: both are assumed), which decides SGLang's refusals and the guard's",
+    },
+    Setting {
+        name: "disaggregation_mode",
+        origin: Origin::ServerInfo,
+        handling: Handling::Modelled,
+        what: "gpt-oss /v1/responses: with a tool server, PD mode refuses built-in tools; outside it the server may run a tool and prefill again, so the guard refuses",
     },
     Setting {
         name: "enable_response_store",
@@ -266,6 +274,12 @@ pub static SETTINGS: &[Setting] = &[
         origin: Origin::Env,
         handling: Handling::Modelled,
         what: "default reasoning effort of the DeepSeek-V4.1 encoder (invisible over HTTP: set it in sglang_env)",
+    },
+    Setting {
+        name: "EXA_API_KEY",
+        origin: Origin::Env,
+        handling: Handling::Modelled,
+        what: "without --tool-server, a non-empty key starts SGLang's native browser tool for gpt-oss /v1/responses (invisible over HTTP: state it in sglang_env; the guard keeps only whether it is set)",
     },
     Setting {
         name: "SGLANG_RUST_SERVER",
@@ -418,6 +432,15 @@ fn normalize(name: &str, value: Value) -> Value {
         "tokenizer_mode" => Some("auto"),
         "tokenizer_backend" => Some("huggingface"),
         "frontend" => Some("python"),
+        // Prefill and decode workers serve the same prompts: only whether the
+        // server is disaggregated matters, so they must not read as disagreeing.
+        "disaggregation_mode" => {
+            return match value {
+                Value::String(s) if s == "null" => Value::Null,
+                Value::String(_) => Value::Bool(true),
+                v => v,
+            }
+        }
         _ => None,
     };
     match value {
@@ -439,6 +462,8 @@ pub struct SglangEnv {
     pub dsv4_reasoning_effort: Option<String>,
     /// `SGLANG_DSV41_REASONING_EFFORT` (default unset).
     pub dsv41_reasoning_effort: Option<String>,
+    /// `EXA_API_KEY` is set and non-empty (the key itself is never kept).
+    pub exa_api_key: bool,
 }
 
 impl SglangEnv {
@@ -460,6 +485,16 @@ impl SglangEnv {
                 }
                 "SGLANG_DSV41_REASONING_EFFORT" => {
                     env.dsv41_reasoning_effort = Some(value.to_string());
+                }
+                "EXA_API_KEY" => {
+                    // A secret: only its presence is kept, and shown.
+                    env.exa_api_key = !value.is_empty();
+                    if env.exa_api_key {
+                        observed
+                            .values
+                            .insert(setting(name).expect("listed").name, Value::Bool(true));
+                    }
+                    continue;
                 }
                 "SGLANG_RUST_SERVER" | "SGLANG_MM_AVOID_RETOKENIZE" => {
                     // Checked in `resolve`: kept as observed values.
@@ -875,6 +910,8 @@ pub struct ServerConfig {
     pub enable_mis: bool,
     pub tool_server: bool,
     pub enable_response_store: bool,
+    /// `--disaggregation-mode` prefill or decode.
+    pub disaggregated: bool,
     pub trust_remote_code: bool,
     /// `model_path`, for the conversation-template inference.
     pub model_path: Option<String>,
@@ -963,6 +1000,7 @@ impl ServerConfig {
                 "enable_mis" => c.enable_mis = true,
                 "tool_server" => c.tool_server = true,
                 "enable_response_store" => c.enable_response_store = true,
+                "disaggregation_mode" => c.disaggregated = true,
                 "trust_remote_code" => c.trust_remote_code = true,
                 "model_path" => c.model_path = text.map(str::to_owned),
                 "architectures" => {
@@ -1024,6 +1062,23 @@ impl ServerConfig {
             Ok(c)
         } else {
             Err(problems)
+        }
+    }
+
+    /// The tool server `http_server.py` starts for gpt-oss `/v1/responses`:
+    /// `--tool-server demo` or MCP servers offer tools the guard cannot see
+    /// (both built-ins are assumed), else a set `EXA_API_KEY` starts the
+    /// native browser.
+    pub fn harmony_tool_server(&self) -> Option<ToolServer> {
+        if self.tool_server {
+            Some(ToolServer::UNKNOWN)
+        } else if self.env.exa_api_key {
+            Some(ToolServer {
+                browser: true,
+                python: false,
+            })
+        } else {
+            None
         }
     }
 

@@ -26,6 +26,7 @@ use super::template::{detect_content_format, ChatTemplate, ContentFormat};
 pub mod dsv32;
 pub mod dsv4;
 pub mod glm53;
+pub mod harmony;
 
 /// The Jinja path (`_apply_jinja_template` → `apply_chat_template`): the
 /// template SGLang's `TemplateManager` settled on, or why there is none.
@@ -74,7 +75,7 @@ pub struct PlainText {
 }
 
 impl PlainText {
-    fn new(full: &tokenizers::Tokenizer) -> Self {
+    pub(crate) fn new(full: &tokenizers::Tokenizer) -> Self {
         let identity = match full.get_normalizer() {
             None => true,
             Some(n) => serde_json::to_value(n).is_ok_and(|v| {
