@@ -8,11 +8,17 @@ use std::path::{Path, PathBuf};
 /// Files a model directory may hold that change how prompts are counted.
 /// `tokenizer_config.json` is required; the others are optional because
 /// template-only repositories and models without a separate template exist.
+/// `config.json` carries the architecture, which selects the chat encoder
+/// (DeepSeek-V3.2/V4, GLM-5.3, harmony on gpt-oss) when the server does not
+/// state it; `chat_template.json` is the processor's template, which a
+/// multimodal server prefers.
 const REQUIRED: &[&str] = &["tokenizer_config.json"];
 const OPTIONAL: &[&str] = &[
     "tokenizer.json",
     "chat_template.jinja",
+    "chat_template.json",
     "special_tokens_map.json",
+    "config.json",
 ];
 
 #[derive(Debug, Clone)]

@@ -68,6 +68,10 @@ async fn downloads_into_the_hf_cache_then_works_offline() {
             std::fs::read(demo.path().join(f)).unwrap(),
         );
     }
+    // The architecture, which selects the chat encoder.
+    let config = br#"{"architectures": ["LlamaForCausalLM"], "model_type": "llama"}"#;
+    hub.files
+        .insert("acme/tiny/config.json".into(), config.to_vec());
     let hub = Arc::new(hub);
     let endpoint = start(hub.clone()).await;
     let cache = tempfile::tempdir().unwrap();
@@ -93,6 +97,11 @@ async fn downloads_into_the_hf_cache_then_works_offline() {
     assert!(
         !dir.join("chat_template.jinja").exists(),
         "an optional 404 is skipped"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("config.json")).unwrap(),
+        config,
+        "config.json is fetched"
     );
     assert_eq!(
         std::fs::read_to_string(cache.path().join("models--acme--tiny/refs/main")).unwrap(),
