@@ -123,6 +123,24 @@ pub struct ServeArgs {
     /// (default: 8 × max-body-bytes).
     #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: Option<usize>,
+    /// Time for a whole request head (default 10000).
+    #[arg(long, env = "PREFILL_GUARD_HEADER_READ_TIMEOUT_MS")]
+    pub header_read_timeout_ms: Option<u64>,
+    /// Longest gap between two reads of a request body (default 10000).
+    #[arg(long, env = "PREFILL_GUARD_BODY_IDLE_TIMEOUT_MS")]
+    pub body_idle_timeout_ms: Option<u64>,
+    /// Time for a whole request body (default 120000).
+    #[arg(long, env = "PREFILL_GUARD_BODY_READ_TIMEOUT_MS")]
+    pub body_read_timeout_ms: Option<u64>,
+    /// A connection with no request in flight is closed after this (default 60000).
+    #[arg(long, env = "PREFILL_GUARD_KEEPALIVE_IDLE_TIMEOUT_MS")]
+    pub keepalive_idle_timeout_ms: Option<u64>,
+    /// Open connections on the proxy port, and on the authz port (default 8192).
+    #[arg(long, env = "PREFILL_GUARD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Open connections from one peer address; 0 = no limit (default 256).
+    #[arg(long, env = "PREFILL_GUARD_MAX_CONNECTIONS_PER_CLIENT")]
+    pub max_connections_per_client: Option<usize>,
     /// Tokenize every prompt (up to the limit) instead of accepting a prompt whose
     /// cheap upper bound is under the limit (default false).
     #[arg(
@@ -282,6 +300,12 @@ impl ServeArgs {
             count_queue: self.count_queue,
             count_queue_timeout_ms: self.count_queue_timeout_ms,
             max_inflight_body_bytes: self.max_inflight_body_bytes,
+            header_read_timeout_ms: self.header_read_timeout_ms,
+            body_idle_timeout_ms: self.body_idle_timeout_ms,
+            body_read_timeout_ms: self.body_read_timeout_ms,
+            keepalive_idle_timeout_ms: self.keepalive_idle_timeout_ms,
+            max_connections: self.max_connections,
+            max_connections_per_client: self.max_connections_per_client,
             exact_counting: self.exact_counting,
             log_format: self.log_format,
             shutdown_grace_secs: self.shutdown_grace_secs,

@@ -43,6 +43,8 @@ pub struct Config {
     /// Bytes of request bodies buffered at once; a body that would pass it
     /// is shed with 503 + Retry-After (`server/budget.rs`).
     pub max_inflight_body_bytes: usize,
+    /// How long clients may take, and how many connections they may hold.
+    pub client: ClientLimits,
     /// Tokenize every prompt (up to the limit): never accept by the upper
     /// bound (`count/bound.rs`).
     pub exact_counting: bool,
@@ -144,6 +146,12 @@ pub struct RawConfig {
     pub count_queue_timeout_ms: Option<u64>,
     /// Bytes of request bodies buffered at once (default 8 × max_body_bytes).
     pub max_inflight_body_bytes: Option<usize>,
+    pub header_read_timeout_ms: Option<u64>,
+    pub body_idle_timeout_ms: Option<u64>,
+    pub body_read_timeout_ms: Option<u64>,
+    pub keepalive_idle_timeout_ms: Option<u64>,
+    pub max_connections: Option<usize>,
+    pub max_connections_per_client: Option<usize>,
     /// Tokenize every prompt; never accept by the upper bound (default false).
     pub exact_counting: Option<bool>,
     pub log_format: Option<LogFormat>,
@@ -287,6 +295,59 @@ pub const DEFAULT_INFLIGHT_BODIES: usize = 8;
 /// worker reaches the guard within this.
 pub const DEFAULT_DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
 
+/// What a client may take of the guard: time for each phase of a request,
+/// and connections. The defaults follow nginx and Envoy (README, "Limits
+/// and timeouts"): long enough for any honest client on a slow link, short
+/// enough that a few stalled connections cannot hold the guard's memory or
+/// sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// A whole request head, from its first byte (or from accept, for a
+    /// connection's first request).
+    pub header_read_timeout: Duration,
+    /// The longest gap between two reads of a request body.
+    pub body_idle_timeout: Duration,
+    /// A whole request body.
+    pub body_read_timeout: Duration,
+    /// A connection (HTTP/1 keep-alive or h2c) with no request in flight.
+    pub keepalive_idle_timeout: Duration,
+    /// Open connections on the proxy port (and, separately, the authz port).
+    pub max_connections: usize,
+    /// Open connections from one peer address; 0: no limit.
+    pub max_connections_per_client: usize,
+}
+
+impl ClientLimits {
+    fn resolve(raw: &RawConfig) -> Result<Self, ConfigError> {
+        let ms = |key: &str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(ConfigError(format!("{key} must be at least 1"))),
+            v => Ok(Duration::from_millis(v.unwrap_or(default))),
+        };
+        let limits = ClientLimits {
+            header_read_timeout: ms("header_read_timeout_ms", raw.header_read_timeout_ms, 10_000)?,
+            body_idle_timeout: ms("body_idle_timeout_ms", raw.body_idle_timeout_ms, 10_000)?,
+            body_read_timeout: ms("body_read_timeout_ms", raw.body_read_timeout_ms, 120_000)?,
+            keepalive_idle_timeout: ms(
+                "keepalive_idle_timeout_ms",
+                raw.keepalive_idle_timeout_ms,
+                60_000,
+            )?,
+            max_connections: match raw.max_connections {
+                Some(0) => return Err(ConfigError("max_connections must be at least 1".into())),
+                n => n.unwrap_or(8_192),
+            },
+            max_connections_per_client: raw.max_connections_per_client.unwrap_or(256),
+        };
+        Ok(limits)
+    }
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self::resolve(&RawConfig::default()).expect("the defaults are valid")
+    }
+}
+
 impl RawConfig {
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
@@ -312,6 +373,16 @@ impl RawConfig {
             max_inflight_body_bytes: over
                 .max_inflight_body_bytes
                 .or(self.max_inflight_body_bytes),
+            header_read_timeout_ms: over.header_read_timeout_ms.or(self.header_read_timeout_ms),
+            body_idle_timeout_ms: over.body_idle_timeout_ms.or(self.body_idle_timeout_ms),
+            body_read_timeout_ms: over.body_read_timeout_ms.or(self.body_read_timeout_ms),
+            keepalive_idle_timeout_ms: over
+                .keepalive_idle_timeout_ms
+                .or(self.keepalive_idle_timeout_ms),
+            max_connections: over.max_connections.or(self.max_connections),
+            max_connections_per_client: over
+                .max_connections_per_client
+                .or(self.max_connections_per_client),
             exact_counting: over.exact_counting.or(self.exact_counting),
             log_format: over.log_format.or(self.log_format),
             shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
@@ -590,6 +661,7 @@ impl Config {
                 ms => Duration::from_millis(ms.unwrap_or(DEFAULT_COUNT_QUEUE_TIMEOUT_MS)),
             },
             max_inflight_body_bytes,
+            client: ClientLimits::resolve(&raw)?,
             exact_counting: raw.exact_counting.unwrap_or(false),
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),

@@ -65,6 +65,10 @@ pub enum Reason {
     },
     #[error("the guard is overloaded")]
     Overloaded,
+    /// The client did not send its request in time (`body_idle_timeout_ms`,
+    /// `body_read_timeout_ms`): the connection is closed after the answer.
+    #[error("the request body did not arrive in time ({0})")]
+    ClientTimeout(&'static str),
     #[error("upstream unavailable: {0}")]
     UpstreamUnavailable(String),
     #[error("upstream timed out")]
@@ -100,6 +104,7 @@ impl Reason {
             | Reason::BadFraming(_) => StatusCode::BAD_REQUEST,
             Reason::UnknownModel(_) | Reason::RouteNotAllowed { .. } => StatusCode::NOT_FOUND,
             Reason::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            Reason::ClientTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Reason::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Reason::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Reason::LimitUnknown(_) | Reason::NotServed { .. } | Reason::Overloaded => {
@@ -135,6 +140,7 @@ impl Reason {
                 crate::policy::NotServed::Undercount(_) => "count_check_failed",
             },
             Reason::Overloaded => "overloaded",
+            Reason::ClientTimeout(_) => "client_timeout",
             Reason::UpstreamUnavailable(_) => "upstream_unavailable",
             Reason::UpstreamTimeout => "upstream_timeout",
             Reason::Internal(_) => "internal_error",
@@ -214,7 +220,7 @@ impl Reason {
 
     /// Refusals after which the connection must not be reused (framing errors).
     pub fn closes_connection(&self) -> bool {
-        matches!(self, Reason::BadFraming(_))
+        matches!(self, Reason::BadFraming(_) | Reason::ClientTimeout(_))
     }
 
     /// Seconds a client should wait before retrying, for load shedding.

@@ -66,6 +66,10 @@ pub struct Metrics {
     limit_changes: CounterVec,
     reloads: CounterVec,
     count_checks: CounterVec,
+    connections_refused: CounterVec,
+    client_timeouts: CounterVec,
+    /// Open connections per listener and per peer (shared across reloads).
+    pub connections: Arc<Connections>,
 }
 
 /// One prefill worker as discovery last saw it, read at scrape time. The
@@ -149,7 +153,31 @@ impl Metrics {
                 "Configuration reloads (SIGHUP), by outcome: success or failure (the old state kept).",
                 &["outcome"],
             ),
+            connections_refused: CounterVec::new(
+                "prefill_guard_connections_refused_total",
+                "Connections closed at accept, by listener (proxy, authz) and reason \
+                 (max_connections, max_connections_per_client).",
+                &["listener", "reason"],
+            ),
+            client_timeouts: CounterVec::new(
+                "prefill_guard_client_timeouts_total",
+                "Connections closed because the client was too slow, by listener and phase: head \
+                 (header_read_timeout_ms) or idle (keepalive_idle_timeout_ms). Timed-out bodies are \
+                 rejections (reason client_timeout).",
+                &["listener", "phase"],
+            ),
+            connections: Arc::default(),
         }
+    }
+
+    /// `listener`: `proxy` or `authz`; `reason`: the limit's key.
+    pub fn connection_refused(&self, listener: &'static str, reason: &'static str) {
+        self.connections_refused.inc(&[listener, reason]);
+    }
+
+    /// `phase`: `head` or `idle`.
+    pub fn client_timeout(&self, listener: &'static str, phase: &'static str) {
+        self.client_timeouts.inc(&[listener, phase]);
     }
 
     pub fn discovery_error(&self, worker: &str) {
@@ -249,6 +277,21 @@ impl Metrics {
         self.discovery_errors.render(&mut out);
         self.reloads.render(&mut out);
         self.count_checks.render(&mut out);
+        self.connections_refused.render(&mut out);
+        self.client_timeouts.render(&mut out);
+        header(
+            &mut out,
+            "prefill_guard_open_connections",
+            "Client connections open, by listener (the admin port is not counted).",
+            "gauge",
+        );
+        for (listener, open) in self.connections.open() {
+            let _ = writeln!(
+                out,
+                "prefill_guard_open_connections{} {open}",
+                labels(&["listener"], &[listener], None)
+            );
+        }
         if !workers.is_empty() {
             render_workers(&mut out, workers);
         }
@@ -386,6 +429,75 @@ fn render_workers(out: &mut String, workers: &[WorkerSample]) {
                 let _ = writeln!(out, "{name}{} {v}", labels(&["worker"], &[&w.worker], None));
             }
         }
+    }
+}
+
+/// The connections open on the proxy and authz listeners, in total and per
+/// peer address, for their limits (`max_connections`,
+/// `max_connections_per_client`). Peer counts are never exported: addresses
+/// are unbounded label values.
+#[derive(Debug, Default)]
+pub struct Connections {
+    open: [AtomicI64; 2],
+    per_peer: Mutex<std::collections::HashMap<(usize, std::net::IpAddr), usize>>,
+}
+
+/// The listeners whose connections are limited.
+pub const LISTENERS: [&str; 2] = ["proxy", "authz"];
+
+impl Connections {
+    /// Takes a slot for a connection from `peer` on `listener` (an index
+    /// into [`LISTENERS`]), or names the limit it would pass.
+    pub fn admit(
+        self: &Arc<Self>,
+        listener: usize,
+        peer: std::net::IpAddr,
+        max: usize,
+        max_per_peer: usize,
+    ) -> Result<ConnectionSlot, &'static str> {
+        let mut per_peer = lock(&self.per_peer);
+        if self.open[listener].load(Ordering::Relaxed) >= max as i64 {
+            return Err("max_connections");
+        }
+        let mine = per_peer.entry((listener, peer)).or_default();
+        if max_per_peer > 0 && *mine >= max_per_peer {
+            return Err("max_connections_per_client");
+        }
+        *mine += 1;
+        self.open[listener].fetch_add(1, Ordering::Relaxed);
+        Ok(ConnectionSlot {
+            ledger: self.clone(),
+            listener,
+            peer,
+        })
+    }
+
+    fn open(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
+        LISTENERS
+            .iter()
+            .zip(&self.open)
+            .map(|(l, n)| (*l, n.load(Ordering::Relaxed)))
+    }
+}
+
+/// One open connection, given back on drop.
+pub struct ConnectionSlot {
+    ledger: Arc<Connections>,
+    listener: usize,
+    peer: std::net::IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut per_peer = lock(&self.ledger.per_peer);
+        let key = (self.listener, self.peer);
+        if let Some(n) = per_peer.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                per_peer.remove(&key);
+            }
+        }
+        self.ledger.open[self.listener].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

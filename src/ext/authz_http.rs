@@ -105,8 +105,13 @@ async fn check(
     };
     let class = gate::classify(app, &head, rec)?;
     let (parts, body) = req.into_parts();
-    let (body, _reservation) =
-        crate::server::budget::read_within(body, app.max_body_bytes, &app.body_budget).await?;
+    let (body, _reservation) = crate::server::budget::read_within(
+        body,
+        app.max_body_bytes,
+        &app.body_budget,
+        crate::server::budget::BodyTimeouts::of(&app.client),
+    )
+    .await?;
     *body_pending = false;
     if app.authz.style == AuthzStyle::Traefik {
         refuse_probe_with_body(&method, &class, &body)?;

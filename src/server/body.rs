@@ -18,6 +18,8 @@ use crate::metrics::InFlight;
 pub struct ResponseBody {
     inner: BoxBody<Bytes, hyper::Error>,
     _in_flight: InFlight,
+    /// Keeps the connection from counting as idle while this is sent.
+    _busy: Option<super::conn::Busy>,
 }
 
 impl ResponseBody {
@@ -27,6 +29,7 @@ impl ResponseBody {
                 .map_err(|never: Infallible| match never {})
                 .boxed(),
             _in_flight: in_flight,
+            _busy: None,
         }
     }
 
@@ -38,7 +41,14 @@ impl ResponseBody {
         Self {
             inner: body.boxed(),
             _in_flight: in_flight,
+            _busy: None,
         }
+    }
+
+    /// Holds `busy` until the body is done.
+    pub fn holding(mut self, busy: super::conn::Busy) -> Self {
+        self._busy = Some(busy);
+        self
     }
 }
 

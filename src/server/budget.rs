@@ -1,13 +1,17 @@
 //! The memory budget for request bodies in flight: every body the guard
-//! buffers holds a reservation of its bytes until the request is done, and a
-//! body whose reservation would exceed `max_inflight_body_bytes` is shed with
-//! 503 and `Retry-After` (`Reason::Overloaded`) instead of being buffered.
+//! buffers holds a reservation of the bytes it has received until the
+//! request is done, and a body whose reservation would exceed
+//! `max_inflight_body_bytes` is shed with 503 and `Retry-After`
+//! (`Reason::Overloaded`) instead of being buffered. Reserving what arrived,
+//! not what was declared, and timing out stalled uploads (408) is what keeps
+//! a few slow clients that declare huge bodies from spending the budget.
 //! With `max_body_bytes` per body this bounds the buffered bodies whatever
 //! the number of connections; parsing and counting a body costs a multiple of
 //! its size on top, bounded separately by the counting pool's size.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::Body;
@@ -81,14 +85,34 @@ impl Drop for Reservation {
     }
 }
 
-/// Reads a whole body under the per-body cap `max` (413 beyond it) and the
-/// shared budget (503 when it is spent). The declared length is reserved
-/// up front, so a body that cannot fit is refused before it is read; bytes
-/// beyond the declaration (chunked bodies) are reserved as they arrive.
+/// How long a body may take to arrive.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeouts {
+    /// The longest gap between two reads.
+    pub idle: Duration,
+    /// The whole body.
+    pub total: Duration,
+}
+
+impl BodyTimeouts {
+    pub fn of(limits: &crate::config::ClientLimits) -> Self {
+        Self {
+            idle: limits.body_idle_timeout,
+            total: limits.body_read_timeout,
+        }
+    }
+}
+
+/// Reads a whole body under the per-body cap `max` (413 beyond it), the
+/// shared budget (503 when it is spent) and `timeouts` (408). A declared
+/// length over `max` is refused before a byte is read; otherwise the budget
+/// holds what has arrived, not what was declared, so a client that
+/// declares 32 MiB and sends a trickle holds a trickle.
 pub async fn read_within<B>(
     mut body: B,
     max: usize,
     budget: &Arc<BodyBudget>,
+    timeouts: BodyTimeouts,
 ) -> Result<(Bytes, Reservation), Reason>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -98,11 +122,23 @@ where
     if declared > max as u64 {
         return Err(Reason::BodyTooLarge { limit: max });
     }
-    let declared = declared as usize;
+    let deadline = tokio::time::Instant::now() + timeouts.total;
     let mut reservation = budget.reservation();
-    reservation.grow(declared)?;
-    let mut buf = BytesMut::with_capacity(declared);
-    while let Some(frame) = body.frame().await {
+    // Grown as bytes arrive: a declared length is only a promise.
+    let mut buf = BytesMut::with_capacity((declared as usize).min(INITIAL_CAPACITY));
+    loop {
+        let next = tokio::time::timeout_at(
+            deadline.min(tokio::time::Instant::now() + timeouts.idle),
+            body.frame(),
+        );
+        let frame = match next.await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break,
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                return Err(Reason::ClientTimeout("body_read_timeout_ms"))
+            }
+            Err(_) => return Err(Reason::ClientTimeout("body_idle_timeout_ms")),
+        };
         let frame = frame.map_err(|e| Reason::InvalidRequest {
             message: format!("the request body could not be read: {e}"),
             param: None,
@@ -121,6 +157,9 @@ where
     Ok((buf.freeze(), reservation))
 }
 
+/// The buffer a body starts with; it doubles from there as bytes arrive.
+const INITIAL_CAPACITY: usize = 64 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,39 +175,107 @@ mod tests {
         StreamBody::new(futures_util::stream::iter(frames))
     }
 
+    const T: BodyTimeouts = BodyTimeouts {
+        idle: Duration::from_secs(10),
+        total: Duration::from_secs(60),
+    };
+
+    /// A body that declares `declared` bytes, sends `sent`, then stalls.
+    fn stalled(
+        declared: u64,
+        sent: &'static [u8],
+    ) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
+        struct Stalled {
+            declared: u64,
+            sent: Option<Bytes>,
+        }
+        impl Body for Stalled {
+            type Data = Bytes;
+            type Error = Infallible;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+                match self.sent.take() {
+                    Some(b) => std::task::Poll::Ready(Some(Ok(Frame::data(b)))),
+                    None => std::task::Poll::Pending,
+                }
+            }
+            fn size_hint(&self) -> http_body::SizeHint {
+                http_body::SizeHint::with_exact(self.declared)
+            }
+        }
+        Stalled {
+            declared,
+            sent: Some(Bytes::from_static(sent)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_upload_holds_what_it_sent_and_times_out() {
+        let budget = BodyBudget::new(1 << 20);
+        let short = BodyTimeouts {
+            idle: Duration::from_millis(50),
+            total: Duration::from_secs(60),
+        };
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move { read_within(stalled(1 << 20, b"abc"), 1 << 20, &budget, short).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(budget.used(), 3, "the declared length is not reserved");
+        let err = reading.await.unwrap().unwrap_err();
+        assert_eq!(err.label(), "client_timeout");
+        assert_eq!(err.status(), 408);
+        assert!(err.closes_connection());
+        assert_eq!(budget.used(), 0, "a timed-out body gives its bytes back");
+        // The whole-body deadline holds even when bytes keep trickling.
+        let whole = BodyTimeouts {
+            idle: Duration::from_secs(10),
+            total: Duration::from_millis(50),
+        };
+        let err = read_within(stalled(10, b"a"), 100, &budget, whole)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the request body did not arrive in time (body_read_timeout_ms)"
+        );
+    }
+
     #[tokio::test]
     async fn bodies_hold_their_bytes_until_dropped() {
         let budget = BodyBudget::new(10);
-        let (a, ra) = read_within(Full::new(Bytes::from_static(b"123456")), 100, &budget)
+        let (a, ra) = read_within(Full::new(Bytes::from_static(b"123456")), 100, &budget, T)
             .await
             .unwrap();
         assert_eq!(a, "123456");
         assert_eq!(budget.used(), 6);
-        // A declared body that does not fit is refused before reading.
-        let err = read_within(Full::new(Bytes::from_static(b"12345")), 100, &budget)
+        // A body that does not fit is refused once its bytes arrive.
+        let err = read_within(Full::new(Bytes::from_static(b"12345")), 100, &budget, T)
             .await
             .unwrap_err();
         assert_eq!(err.label(), "overloaded");
         assert_eq!(err.retry_after(), Some(1));
         // A chunked one is refused once its bytes pass the budget.
-        let err = read_within(chunks(&[b"12", b"345"]), 100, &budget)
+        let err = read_within(chunks(&[b"12", b"345"]), 100, &budget, T)
             .await
             .unwrap_err();
         assert_eq!(err.label(), "overloaded");
         assert_eq!(budget.used(), 6, "a refused body gives its bytes back");
         drop(ra);
         assert_eq!(budget.used(), 0);
-        let (b, _rb) = read_within(chunks(&[b"12", b"345"]), 100, &budget)
+        let (b, _rb) = read_within(chunks(&[b"12", b"345"]), 100, &budget, T)
             .await
             .unwrap();
         assert_eq!(b, "12345");
         assert_eq!(budget.used(), 5);
         // The per-body cap still answers 413, a declared length before reading.
-        let err = read_within(Full::new(Bytes::from_static(b"12345")), 4, &budget)
+        let err = read_within(Full::new(Bytes::from_static(b"12345")), 4, &budget, T)
             .await
             .unwrap_err();
         assert_eq!(err.label(), "body_too_large");
-        let err = read_within(chunks(&[b"12", b"345"]), 4, &budget)
+        let err = read_within(chunks(&[b"12", b"345"]), 4, &budget, T)
             .await
             .unwrap_err();
         assert_eq!(err.label(), "body_too_large");

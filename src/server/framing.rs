@@ -121,6 +121,15 @@ impl Connection {
         }
     }
 
+    /// When the request head being received began to arrive, if one is
+    /// partly received (HTTP/1 only; an h2c connection has none).
+    pub fn head_started(&self) -> Option<std::time::Instant> {
+        self.sniffer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .head_started
+    }
+
     /// The verdict on the next request the service is called for.
     pub fn next_verdict(&self) -> Verdict {
         let index = self.served.fetch_add(1, Ordering::AcqRel);
@@ -194,6 +203,8 @@ pub struct Sniffer {
     heads: u64,
     /// The first request (by index) that is refused, and why; every later one is too.
     first_bad: Option<(u64, String)>,
+    /// When the head being collected got its first byte (`header_read_timeout_ms`).
+    head_started: Option<std::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -255,7 +266,21 @@ impl Sniffer {
     }
 
     /// Takes the next bytes read from the connection.
-    pub fn feed(&mut self, mut bytes: &[u8]) {
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.follow(bytes);
+        let partial = match &self.state {
+            State::Detect(seen) => !seen.is_empty(),
+            State::Head(head) => !head.is_empty(),
+            _ => false,
+        };
+        if !partial {
+            self.head_started = None;
+        } else if self.head_started.is_none() {
+            self.head_started = Some(std::time::Instant::now());
+        }
+    }
+
+    fn follow(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             bytes = match std::mem::replace(&mut self.state, State::Done) {
                 State::Done => return,
@@ -269,7 +294,7 @@ impl Sniffer {
                     if !H2_PREFACE.starts_with(&seen) {
                         // HTTP/1: everything seen so far starts the first head.
                         self.state = State::Head(Vec::new());
-                        self.feed(&seen);
+                        self.follow(&seen);
                     } else if seen.len() == H2_PREFACE.len() {
                         self.state = State::Http2;
                         return;

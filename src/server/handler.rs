@@ -102,8 +102,13 @@ async fn guard_and_forward(
     let (mut parts, body) = req.into_parts();
     // Held until the upstream has answered, so the budget counts this body
     // while the guard and the forwarding hold it.
-    let (body, _reservation) =
-        super::budget::read_within(body, app.max_body_bytes, &app.body_budget).await?;
+    let (body, _reservation) = super::budget::read_within(
+        body,
+        app.max_body_bytes,
+        &app.body_budget,
+        super::budget::BodyTimeouts::of(&app.client),
+    )
+    .await?;
     *body_pending = false;
     let checked = match gate::check_body(app, class, &parts.headers, body, rec).await? {
         // Only the canonical body the guard parsed is forwarded. The query

@@ -6,6 +6,7 @@
 mod admin;
 pub(crate) mod body;
 pub mod budget;
+pub mod conn;
 pub(crate) mod framing;
 mod handler;
 mod models;
@@ -47,6 +48,8 @@ pub struct App {
     /// Bytes of request bodies buffered at once (`budget.rs`).
     pub body_budget: Arc<budget::BodyBudget>,
     pub shutdown_grace: Duration,
+    /// Client timeouts and connection limits.
+    pub client: crate::config::ClientLimits,
     /// Lower each model's `max_model_len` in `GET /v1/models` answers to the
     /// guard's limit.
     pub rewrite_models_max_len: bool,
@@ -96,6 +99,7 @@ impl App {
             max_body_bytes: config.max_body_bytes,
             body_budget: budget::BodyBudget::new(config.max_inflight_body_bytes),
             shutdown_grace: config.shutdown_grace,
+            client: config.client,
             rewrite_models_max_len: config.rewrite_models_max_len,
             allow_routes: config.allow_routes.clone(),
             discovery,
@@ -155,7 +159,7 @@ pub async fn run_listeners(
         authz,
     } = listeners;
     let graceful = GracefulShutdown::new();
-    let builder = connection_builder();
+    let (builder, admin_builder) = (connection_builder(true), connection_builder(false));
     let (mut proxy_conns, mut admin_conns, mut authz_conns) =
         (JoinSet::new(), JoinSet::new(), JoinSet::new());
     let proxy_apps = apps.clone();
@@ -169,7 +173,13 @@ pub async fn run_listeners(
                     &builder,
                     &graceful,
                     &mut proxy_conns,
-                    move |peer, framing| proxy_service(proxy_apps.clone(), peer, framing),
+                    Some(Limited {
+                        listener: PROXY,
+                        apps: apps.clone(),
+                    }),
+                    move |peer, framing, activity| {
+                        proxy_service(proxy_apps.clone(), peer, framing, activity)
+                    },
                 )
                 .await
             }
@@ -184,7 +194,13 @@ pub async fn run_listeners(
                     &builder,
                     &graceful,
                     &mut authz_conns,
-                    move |_, framing| authz_service(authz_apps.clone(), framing),
+                    Some(Limited {
+                        listener: AUTHZ,
+                        apps: apps.clone(),
+                    }),
+                    move |_, framing, activity| {
+                        authz_service(authz_apps.clone(), framing, activity)
+                    },
                 )
                 .await
             }
@@ -193,7 +209,7 @@ pub async fn run_listeners(
     };
     tokio::select! {
         () = proxy_accept => {}
-        () = accept(&admin, &builder, &graceful, &mut admin_conns, move |_, _| admin_service(admin_apps.clone())) => {}
+        () = accept(&admin, &admin_builder, &graceful, &mut admin_conns, None, move |_, _, _| admin_service(admin_apps.clone())) => {}
         () = authz_accept => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
@@ -274,11 +290,15 @@ async fn proxy_loop(
     match TcpListener::from_std(listener) {
         Ok(listener) => {
             let graceful = GracefulShutdown::new();
-            let builder = connection_builder();
+            let builder = connection_builder(true);
+            let limited = Limited {
+                listener: PROXY,
+                apps: apps.clone(),
+            };
             let mut conns = JoinSet::new();
             let serving = apps.clone();
             tokio::select! {
-                () = accept(&listener, &builder, &graceful, &mut conns, move |peer, framing| proxy_service(serving.clone(), peer, framing)) => {}
+                () = accept(&listener, &builder, &graceful, &mut conns, Some(limited), move |peer, framing, activity| proxy_service(serving.clone(), peer, framing, activity)) => {}
                 _ = stopped.wait_for(|s| *s) => {}
             }
             drop(listener);
@@ -304,22 +324,43 @@ async fn drain(graceful: GracefulShutdown, grace: Duration) {
     }
 }
 
-fn connection_builder() -> auto::Builder<TokioExecutor> {
+/// `watched`: the connections run under `conn::watchdog`, which times
+/// request heads and idle keep-alive apart. hyper's own head timer would
+/// also end idle keep-alive connections at the head timeout, so it is off
+/// there; the admin port keeps it (hyper's 30 s default).
+fn connection_builder(watched: bool) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // With a timer, hyper bounds the time to read request headers (slow-loris).
     builder.http1().timer(TokioTimer::new());
+    if watched {
+        builder.http1().header_read_timeout(None);
+    }
     builder.http2().timer(TokioTimer::new());
     builder
 }
 
+/// Which listener a connection limit and its watchdog apply to (the admin
+/// port has neither: probes and scrapes must get through whatever clients do).
+#[derive(Clone)]
+struct Limited {
+    /// An index into `metrics::LISTENERS`.
+    listener: usize,
+    apps: Arc<Apps>,
+}
+
+const PROXY: usize = 0;
+const AUTHZ: usize = 1;
+
 /// Accepts connections until dropped. Each connection runs in its own task,
-/// watched by `graceful` so shutdown can wait for it.
+/// watched by `graceful` so shutdown can wait for it. On a `limited`
+/// listener a connection takes a slot (or is closed at once when the limits
+/// are reached) and runs under the watchdog of `conn.rs`.
 async fn accept<S, B>(
     listener: &TcpListener,
     builder: &auto::Builder<TokioExecutor>,
     graceful: &GracefulShutdown,
     conns: &mut JoinSet<()>,
-    make_service: impl Fn(SocketAddr, framing::Connection) -> S,
+    limited: Option<Limited>,
+    make_service: impl Fn(SocketAddr, framing::Connection, conn::Activity) -> S,
 ) where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Send
@@ -333,13 +374,53 @@ async fn accept<S, B>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let watch = match &limited {
+                        Some(l) => {
+                            let app = l.apps.load();
+                            let limits = app.client;
+                            let admitted = app.metrics.connections.admit(
+                                l.listener,
+                                peer.ip(),
+                                limits.max_connections,
+                                limits.max_connections_per_client,
+                            );
+                            match admitted {
+                                Ok(slot) => Some((slot, limits, app.metrics.clone(), l.listener)),
+                                Err(reason) => {
+                                    app.metrics
+                                        .connection_refused(crate::metrics::LISTENERS[l.listener], reason);
+                                    tracing::debug!(%peer, reason, "connection refused at accept");
+                                    drop(stream);
+                                    continue;
+                                }
+                            }
+                        }
+                        None => None,
+                    };
                     // Every byte read also goes to the connection's framing sniffer.
                     let framing = framing::Connection::default();
+                    let activity = conn::Activity::default();
                     let io = TokioIo::new(framing.wrap(stream));
-                    let conn = builder.serve_connection(io, make_service(peer, framing)).into_owned();
+                    let service = make_service(peer, framing.clone(), activity.clone());
+                    let conn = builder.serve_connection(io, service).into_owned();
                     let conn = graceful.watch(conn);
                     conns.spawn(async move {
-                        if let Err(e) = conn.await {
+                        let ended = match watch {
+                            None => conn.await,
+                            Some((slot, limits, metrics, listener)) => {
+                                let _slot = slot;
+                                tokio::select! {
+                                    ended = conn => ended,
+                                    phase = conn::watchdog(activity, framing, limits) => {
+                                        // Dropping the connection closes it.
+                                        metrics.client_timeout(crate::metrics::LISTENERS[listener], phase.label());
+                                        tracing::debug!(%peer, phase = phase.label(), "client too slow: connection closed");
+                                        Ok(())
+                                    }
+                                }
+                            }
+                        };
+                        if let Err(e) = ended {
                             tracing::debug!(%peer, error = %e, "connection ended with an error");
                         }
                     });
@@ -360,6 +441,7 @@ fn proxy_service(
     apps: Arc<Apps>,
     peer: SocketAddr,
     framing: framing::Connection,
+    activity: conn::Activity,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<ResponseBody>,
@@ -371,15 +453,17 @@ fn proxy_service(
         // hyper calls the service once per request, in order: the sniffer's
         // verdict on this one travels with it to the handler.
         req.extensions_mut().insert(framing.next_verdict());
+        let busy = activity.busy();
         // The state as of this request's arrival; a reload during it does not
         // change what it is checked and forwarded with.
         let app = apps.load_full();
         async move {
             let id = crate::proxy::headers::request_id(req.headers());
             let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
-            Ok(handler::handle(&app, client, id, req)
+            let response = handler::handle(&app, client, id, req)
                 .instrument(span)
-                .await)
+                .await;
+            Ok(response.map(|body| body.holding(busy)))
         }
     })
 }
@@ -390,6 +474,7 @@ type FullResponse = Response<http_body_util::Full<bytes::Bytes>>;
 fn authz_service(
     apps: Arc<Apps>,
     framing: framing::Connection,
+    activity: conn::Activity,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = FullResponse,
@@ -398,13 +483,17 @@ fn authz_service(
 > + Send {
     service_fn(move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(framing.next_verdict());
+        // Whole answers: the connection is busy until the check is decided.
+        let busy = activity.busy();
         let app = apps.load_full();
         async move {
             let id = crate::proxy::headers::request_id(req.headers());
             let span = tracing::info_span!("authz", request_id = id.to_str().unwrap_or_default());
-            Ok(crate::ext::authz_http::handle(&app, id, req)
+            let response = crate::ext::authz_http::handle(&app, id, req)
                 .instrument(span)
-                .await)
+                .await;
+            drop(busy);
+            Ok(response)
         }
     })
 }

@@ -251,6 +251,8 @@ pub struct Options {
     pub limit_known: bool,
     pub max_body_bytes: usize,
     pub response_timeout: Duration,
+    /// Client timeouts and connection limits (the defaults unless set).
+    pub client: prefill_guard::config::ClientLimits,
     pub shutdown_grace: Duration,
     /// Forward somewhere other than the mock (e.g. a closed port).
     pub upstream: Option<String>,
@@ -269,6 +271,7 @@ impl Default for Options {
             limit_known: true,
             max_body_bytes: 64 * 1024,
             response_timeout: Duration::from_secs(20),
+            client: Default::default(),
             shutdown_grace: Duration::from_secs(10),
             upstream: None,
             allow_routes: Vec::new(),
@@ -343,6 +346,7 @@ pub async fn start(opts: Options) -> Guarded {
         count_queue: 16,
         count_queue_timeout: Duration::from_secs(10),
         max_inflight_body_bytes: opts.max_body_bytes.saturating_mul(8),
+        client: opts.client,
         exact_counting: false,
         log_format: LogFormat::Human,
         shutdown_grace: opts.shutdown_grace,
