@@ -106,6 +106,9 @@ pub struct ServeArgs {
     pub upstream_connect_timeout_ms: Option<u64>,
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
     pub upstream_response_timeout_secs: Option<u64>,
+    /// Longest silence of the upstream mid-response before the guard ends it (default 600).
+    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_IDLE_TIMEOUT_SECS")]
+    pub upstream_idle_timeout_secs: Option<u64>,
     /// Event loops serving the proxy port, one thread each (default: the
     /// number of cores; counting has its own threads).
     #[arg(long, env = "PREFILL_GUARD_IO_THREADS")]
@@ -295,6 +298,7 @@ impl ServeArgs {
             max_body_bytes: self.max_body_bytes,
             upstream_connect_timeout_ms: self.upstream_connect_timeout_ms,
             upstream_response_timeout_secs: self.upstream_response_timeout_secs,
+            upstream_idle_timeout_secs: self.upstream_idle_timeout_secs,
             io_threads: self.io_threads,
             count_workers: self.count_workers,
             count_queue: self.count_queue,

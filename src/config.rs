@@ -27,6 +27,9 @@ pub struct Config {
     /// Time from forwarding a request to the upstream's response headers.
     /// Streaming bodies are not limited by it.
     pub upstream_response_timeout: Duration,
+    /// Longest silence of the upstream mid-body (SSE included): then the
+    /// response is ended (an error event on SSE, a cut connection otherwise).
+    pub upstream_idle_timeout: Duration,
     /// Event loops serving the proxy port, one thread each (fixed at start;
     /// `server::ProxyLoops`). Each serves the connections it accepted to the
     /// end, with its own upstream pool, so no request wakes another thread;
@@ -139,6 +142,7 @@ pub struct RawConfig {
     pub max_body_bytes: Option<usize>,
     pub upstream_connect_timeout_ms: Option<u64>,
     pub upstream_response_timeout_secs: Option<u64>,
+    pub upstream_idle_timeout_secs: Option<u64>,
     /// Event loops serving the proxy port (default: the number of cores).
     pub io_threads: Option<usize>,
     pub count_workers: Option<usize>,
@@ -366,6 +370,9 @@ impl RawConfig {
             upstream_response_timeout_secs: over
                 .upstream_response_timeout_secs
                 .or(self.upstream_response_timeout_secs),
+            upstream_idle_timeout_secs: over
+                .upstream_idle_timeout_secs
+                .or(self.upstream_idle_timeout_secs),
             io_threads: over.io_threads.or(self.io_threads),
             count_workers: over.count_workers.or(self.count_workers),
             count_queue: over.count_queue.or(self.count_queue),
@@ -649,6 +656,14 @@ impl Config {
             upstream_response_timeout: Duration::from_secs(
                 raw.upstream_response_timeout_secs.unwrap_or(600),
             ),
+            upstream_idle_timeout: match raw.upstream_idle_timeout_secs {
+                Some(0) => {
+                    return Err(ConfigError(
+                        "upstream_idle_timeout_secs must be at least 1".into(),
+                    ))
+                }
+                secs => Duration::from_secs(secs.unwrap_or(600)),
+            },
             io_threads,
             count_workers,
             count_queue: raw.count_queue.unwrap_or(count_workers * 32),

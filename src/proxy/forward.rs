@@ -45,6 +45,8 @@ pub struct Upstream {
     /// The base URL's path without its trailing slash ("" for `http://host:port`).
     base_path: String,
     response_timeout: Duration,
+    /// Longest silence of a streamed response body (`upstream_idle_timeout_secs`).
+    idle_timeout: Duration,
 }
 
 impl Upstream {
@@ -53,6 +55,7 @@ impl Upstream {
         base: &Uri,
         connect_timeout: Duration,
         response_timeout: Duration,
+        idle_timeout: Duration,
         event_loops: usize,
     ) -> Result<Self, String> {
         let authority = base
@@ -76,7 +79,13 @@ impl Upstream {
             host_header,
             base_path: base.path().trim_end_matches('/').to_string(),
             response_timeout,
+            idle_timeout,
         })
+    }
+
+    /// The longest the upstream may go silent mid-body before the guard ends the response.
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
     }
 
     /// The `Host` header for upstream requests.
@@ -163,6 +172,7 @@ mod tests {
     fn upstream(base: &str) -> Upstream {
         Upstream::new(
             &base.parse().unwrap(),
+            Duration::from_secs(1),
             Duration::from_secs(1),
             Duration::from_secs(1),
             1,

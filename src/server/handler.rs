@@ -51,9 +51,25 @@ pub async fn handle(
     let (response, reason) = match outcome {
         Ok(upstream) if app.rewrite_models_max_len && is_model_listing(&rec, &method) => {
             let upstream = super::models::clamp_listing(app, upstream).await;
-            (from_upstream(upstream, &request_id, in_flight), None)
+            (
+                from_upstream(
+                    upstream,
+                    &request_id,
+                    in_flight,
+                    app.upstream.idle_timeout(),
+                ),
+                None,
+            )
         }
-        Ok(upstream) => (from_upstream(upstream, &request_id, in_flight), None),
+        Ok(upstream) => (
+            from_upstream(
+                upstream,
+                &request_id,
+                in_flight,
+                app.upstream.idle_timeout(),
+            ),
+            None,
+        ),
         Err(reason) => (
             refusal(&reason, rec.route, body_pending, &request_id, in_flight),
             Some(reason),
@@ -177,16 +193,24 @@ fn from_upstream<B>(
     response: Response<B>,
     request_id: &HeaderValue,
     in_flight: InFlight,
+    idle: std::time::Duration,
 ) -> Response<ResponseBody>
 where
-    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + Sync + 'static,
+    B: http_body::Body<Data = Bytes, Error = hyper::Error> + Send + Sync + Unpin + 'static,
 {
     let (mut parts, body) = response.into_parts();
     // The version is the client connection's business, not the upstream's
     // (an HTTP/1.0 upstream must not make the guard answer in 1.0).
     parts.version = Version::default();
     headers::to_client(&mut parts.headers, request_id);
-    Response::from_parts(parts, ResponseBody::streamed(body, in_flight))
+    // An event stream of unstated length can end with an error event.
+    let sse = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
+        && !parts.headers.contains_key(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, ResponseBody::streamed(body, in_flight, idle, sse))
 }
 
 fn refusal(

@@ -88,6 +88,7 @@ impl App {
             &config.upstream,
             config.upstream_connect_timeout,
             config.upstream_response_timeout,
+            config.upstream_idle_timeout,
             // Loops 1..=io_threads, and 0 for every other thread.
             config.io_threads + 1,
         )

@@ -341,6 +341,7 @@ pub async fn start(opts: Options) -> Guarded {
         max_body_bytes: opts.max_body_bytes,
         upstream_connect_timeout: Duration::from_secs(2),
         upstream_response_timeout: opts.response_timeout,
+        upstream_idle_timeout: Duration::from_secs(600),
         io_threads: 1,
         count_workers: 2,
         count_queue: 16,
