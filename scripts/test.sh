@@ -13,5 +13,7 @@ export PREFILL_GUARD_SHARED="${PREFILL_GUARD_SHARED:-$(cd .. && pwd)/shared}"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
+# Every fuzz target for 60 s (nightly + cargo-fuzz); a crash or panic fails.
+./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}"
 ./scripts/e2e.sh
 ./scripts/validate-deploy.sh

@@ -126,6 +126,23 @@ impl ModelFiles {
     }
 }
 
+impl CheckpointTemplates {
+    /// The templates in `dir` alone, without loading its tokenizer (the
+    /// template fuzz target renders every fixture's templates).
+    pub fn load(dir: &Path) -> Result<Self, LoadError> {
+        checkpoint_templates(dir, &TokenizerConfig::load(dir)?)
+    }
+
+    /// Every template, by name (`default` for a single one).
+    pub fn all(&self) -> Vec<(&str, &str)> {
+        match self {
+            Self::None => Vec::new(),
+            Self::One(t) => vec![("default", t.as_str())],
+            Self::Named(list) => list.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect(),
+        }
+    }
+}
+
 /// transformers reads `chat_template.jinja` in preference to
 /// `tokenizer_config.json`'s `chat_template`; a list of named templates
 /// becomes a dict (`TemplateManager._select_named_template` then picks).

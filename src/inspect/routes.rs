@@ -149,6 +149,11 @@ const ROUTES: &[(Route, &str, &[&str], &str, ErrorShape)] = &[
 ];
 
 impl Route {
+    /// Every inspected route, in table order.
+    pub fn all() -> impl Iterator<Item = Route> {
+        ROUTES.iter().map(|e| e.0)
+    }
+
     fn entry(
         self,
     ) -> &'static (

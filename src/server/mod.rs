@@ -7,7 +7,7 @@ mod admin;
 pub(crate) mod body;
 pub mod budget;
 pub mod conn;
-pub(crate) mod framing;
+pub mod framing;
 mod handler;
 mod models;
 
