@@ -8,7 +8,11 @@ Developer machine only; CI never runs Python. Writes:
   SGLang passes to `apply_chat_template` (messages, tools, template kwargs) or
   the fact that it refuses the request. No tokenizer is involved.
 * tests/data/chat_api_counts.json: prompt lengths (`len(input_ids)`) for the
-  same APIs on the tokenizer fixtures in ../shared/tokenizers.
+  same APIs on the tokenizer fixtures in ../shared/tokenizers. On the gpt-oss
+  fixture `/v1/responses` takes SGLang's harmony path (`use_harmony`), run
+  exactly as ../encoder/testdata/gen_harmony.py runs it (imported from there:
+  its serving at the "default" setting, its o200k vocabulary rebuilt from the
+  fixture via TIKTOKEN_ENCODINGS_BASE, its conversation date 2025-01-15).
 
 How: the sglang 0.5.23 wheel is unpacked (`pip download sglang==0.5.23
 --no-deps && unzip`) and put on sys.path as $SGLANG_SRC; GPU-only imports
@@ -51,6 +55,12 @@ SHARED = os.environ.get("PREFILL_GUARD_SHARED", os.path.join(CRATE, "..", "share
 
 sys.path.insert(0, HERE)
 from sglang_env import FIXED_NOW, get_tokenizer, template_of  # noqa: E402,F401
+
+# gpt-oss /v1/responses: SGLang's harmony path as gen_harmony.py sets it up. Imported
+# before the patches below (it sets TIKTOKEN_ENCODINGS_BASE and pins harmony's date
+# on import; the get_serving/get_model patches below then apply to every handler).
+sys.path.insert(0, os.path.join(HERE, "..", "encoder", "testdata"))
+import gen_harmony  # noqa: E402
 
 import sglang.srt.entrypoints.anthropic.serving as an  # noqa: E402
 import sglang.srt.entrypoints.openai.serving_chat as sc  # noqa: E402
@@ -532,13 +542,18 @@ def fixture_counts():
         fmt = detect_jinja_template_content_format(template)
         model_type = "gpt_oss" if fx == "gpt-oss" else "other"
         env = Env(tok, template, inline, fmt, model_type)
+        # gpt-oss: /v1/responses is rendered by openai-harmony, not the template. No
+        # request here is one the guard refuses on purpose (those are gen_harmony.py's
+        # `guard_` cases): each is served with `len(input_ids)` or refused by SGLang.
+        harmony = gen_harmony.make_serving(tok, "default") if model_type == "gpt_oss" else None
         counts = {}
         for key, body in requests.items():
             api = key.split("/")[0]
-            res = getattr(env, api)(body)
-            if api == "responses" and model_type == "gpt_oss":
-                counts[key] = "guard_refuses"  # harmony: not modelled by the guard
-            elif "error" in res:
+            if api == "responses" and harmony is not None:
+                res = gen_harmony.run(harmony, body)
+            else:
+                res = getattr(env, api)(body)
+            if "error" in res:
                 counts[key] = "sglang_refuses"
             else:
                 counts[key] = res["tokens"]
