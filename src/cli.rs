@@ -31,6 +31,46 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// [`Parser::parse`], except that a bad value read from a `PREFILL_GUARD_*`
+    /// variable is blamed on the variable: clap names the flag, which the
+    /// operator never typed.
+    pub fn parse_naming_variables() -> Self {
+        use clap::CommandFactory;
+        Self::try_parse().unwrap_or_else(|e| {
+            let Some(clap::error::ContextValue::String(arg)) =
+                e.get(clap::error::ContextKind::InvalidArg).cloned()
+            else {
+                e.exit()
+            };
+            let command = Self::command();
+            let typed: Vec<String> = std::env::args().collect();
+            let variable = command
+                .get_subcommands()
+                .flat_map(|c| c.get_arguments())
+                .find(|a| {
+                    a.get_long()
+                        .is_some_and(|l| arg.split([' ', '=']).next() == Some(&format!("--{l}")))
+                })
+                .and_then(|a| Some((a.get_long()?, a.get_env()?.to_str()?.to_owned())))
+                .filter(|(long, var)| {
+                    std::env::var_os(var).is_some()
+                        && !typed.iter().any(|t| t.starts_with(&format!("--{long}")))
+                });
+            match variable {
+                Some((_, var)) => {
+                    let text = e.to_string().replace(
+                        &format!("'{arg}'"),
+                        &format!("the variable {var} (flag '{arg}')"),
+                    );
+                    clap::Error::raw(e.kind(), text.trim_start_matches("error: ")).exit()
+                }
+                None => e.exit(),
+            }
+        })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the guard as a reverse proxy in front of SGLang or its router.
@@ -100,7 +140,8 @@ pub struct ServeArgs {
     /// Multimodal opt-in: tokens charged per audio clip, an upper bound (default: refused).
     #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_AUDIO_TOKENS")]
     pub multimodal_audio_tokens: Option<usize>,
-    #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES")]
+    /// Largest request body; larger ones get 413 (default 32MiB; units: KiB, MiB, GiB, kB, MB, GB).
+    #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
     pub max_body_bytes: Option<usize>,
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_CONNECT_TIMEOUT_MS")]
     pub upstream_connect_timeout_ms: Option<u64>,
@@ -124,7 +165,7 @@ pub struct ServeArgs {
     pub count_queue_timeout_ms: Option<u64>,
     /// Bytes of request bodies buffered at once; beyond it the guard sheds with 503
     /// (default: 8 × max-body-bytes).
-    #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES")]
+    #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
     pub max_inflight_body_bytes: Option<usize>,
     /// Time for a whole request head (default 10000).
     #[arg(long, env = "PREFILL_GUARD_HEADER_READ_TIMEOUT_MS")]
@@ -150,6 +191,7 @@ pub struct ServeArgs {
         long,
         env = "PREFILL_GUARD_EXACT_COUNTING",
         value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new(),
         num_args = 0..=1,
         default_missing_value = "true"
     )]
@@ -164,7 +206,8 @@ pub struct ServeArgs {
     #[arg(
         long = "prefill-url",
         env = "PREFILL_GUARD_PREFILL_URLS",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = trimmed
     )]
     pub prefill_urls: Vec<String>,
     /// Milliseconds between discovery polls (default 30000).
@@ -174,7 +217,8 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "PREFILL_GUARD_REWRITE_MODELS_MAX_LEN",
-        value_name = "BOOL"
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
     )]
     pub rewrite_models_max_len: Option<bool>,
     /// DANGEROUS: forward this exact canonical path to the upstream uninspected (repeat
@@ -182,7 +226,8 @@ pub struct ServeArgs {
     #[arg(
         long = "allow-route",
         env = "PREFILL_GUARD_ALLOW_ROUTES",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = trimmed
     )]
     pub allow_routes: Vec<String>,
     /// Address of the gRPC listener: Envoy ext_authz (envoy.service.auth.v3), ext_proc
@@ -241,6 +286,7 @@ pub struct ServerFlags {
         long,
         env = "PREFILL_GUARD_TRUST_REQUEST_CHAT_TEMPLATE",
         value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new(),
         num_args = 0..=1,
         default_missing_value = "true"
     )]
@@ -254,6 +300,7 @@ pub struct ServerFlags {
         long = "sglang-env",
         env = "PREFILL_GUARD_SGLANG_ENV",
         value_delimiter = ',',
+        value_parser = trimmed,
         value_name = "NAME=VALUE"
     )]
     pub sglang_env: Vec<String>,
@@ -480,6 +527,15 @@ pub async fn load_files(spec: &str, revision: &str) -> anyhow::Result<Arc<ModelF
 pub async fn load_model(spec: &str, revision: &str) -> anyhow::Result<ModelCounter> {
     let dir = hub::resolve(spec, revision, &HubSettings::from_env()).await?;
     Ok(tokio::task::spawn_blocking(move || ModelCounter::load(&dir)).await??)
+}
+
+/// One item of a comma-separated variable (`PREFILL_GUARD_PREFILL_URLS="a, b"`),
+/// without the spaces around it.
+fn trimmed(item: &str) -> Result<String, String> {
+    match item.trim() {
+        "" => Err("an empty item in a comma-separated list".into()),
+        t => Ok(t.to_string()),
+    }
 }
 
 fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {

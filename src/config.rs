@@ -139,6 +139,7 @@ pub struct RawConfig {
     pub listen: Option<SocketAddr>,
     pub admin_listen: Option<SocketAddr>,
     pub upstream: Option<String>,
+    #[serde(default, deserialize_with = "bytes_setting")]
     pub max_body_bytes: Option<usize>,
     pub upstream_connect_timeout_ms: Option<u64>,
     pub upstream_response_timeout_secs: Option<u64>,
@@ -149,6 +150,7 @@ pub struct RawConfig {
     pub count_queue: Option<usize>,
     pub count_queue_timeout_ms: Option<u64>,
     /// Bytes of request bodies buffered at once (default 8 × max_body_bytes).
+    #[serde(default, deserialize_with = "bytes_setting")]
     pub max_inflight_body_bytes: Option<usize>,
     pub header_read_timeout_ms: Option<u64>,
     pub body_idle_timeout_ms: Option<u64>,
@@ -540,6 +542,51 @@ impl RawModel {
 }
 
 /// An `http://host[:port][/path]` base URL (`key` names the setting in errors).
+/// A byte size as operators write it: `33554432`, `32MiB`, `32 MiB`, `64KiB`,
+/// `1GiB` (powers of 1024) or `32MB`, `64kB`, `1GB` (powers of 1000).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a byte size (for example 33554432 or 32MiB)"))?;
+    let factor: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "`{other}` in `{text}` is not a byte unit (B, KiB, MiB, GiB, kB, MB, GB)"
+            ))
+        }
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("`{text}` is too large"))
+}
+
+/// A TOML byte size: a whole number of bytes or a string with a unit.
+fn bytes_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Bytes {
+        Number(usize),
+        Text(String),
+    }
+    match Option::<Bytes>::deserialize(d)? {
+        None => Ok(None),
+        Some(Bytes::Number(n)) => Ok(Some(n)),
+        Some(Bytes::Text(t)) => parse_bytes(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 pub fn http_base_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
     let uri: http::Uri = text
         .parse()
@@ -736,6 +783,35 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn byte_sizes_take_units() {
+        assert_eq!(parse_bytes("33554432"), Ok(33_554_432));
+        assert_eq!(parse_bytes("32MiB"), Ok(32 << 20));
+        assert_eq!(parse_bytes(" 32 MiB "), Ok(32 << 20));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("32MB"), Ok(32_000_000));
+        assert_eq!(parse_bytes("2kB"), Ok(2_000));
+        assert_eq!(parse_bytes("7B"), Ok(7));
+        for bad in [
+            "",
+            "MiB",
+            "32 mebibytes",
+            "-1",
+            "1.5MiB",
+            "99999999999999999999GiB",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?} accepted");
+        }
+        let raw: RawConfig =
+            toml::from_str("max_body_bytes = \"16MiB\"\nmax_inflight_body_bytes = 67108864\n")
+                .unwrap();
+        assert_eq!(raw.max_body_bytes, Some(16 << 20));
+        assert_eq!(raw.max_inflight_body_bytes, Some(64 << 20));
+        let err = toml::from_str::<RawConfig>("max_body_bytes = \"16 furlongs\"\n").unwrap_err();
+        assert!(err.to_string().contains("byte unit"), "{err}");
+    }
     use super::*;
 
     #[test]

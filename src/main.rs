@@ -1,6 +1,5 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use prefill_guard::cli::{self, Cli, Command};
 
 // Counting does not depend on the allocator; throughput does (Cargo.toml).
@@ -11,7 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_naming_variables();
     match cli.command {
         // `serve` runs on one event loop and starts more for the proxy port
         // itself (`io_threads`, `server::ProxyLoops`).

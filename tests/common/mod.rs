@@ -599,12 +599,23 @@ pub async fn spawn_binary(config: &std::path::Path) -> Spawned {
 /// that the caller reads, or deliberately does not.
 #[allow(dead_code)]
 pub fn spawn_guard_process(config: &std::path::Path, args: &[&str]) -> tokio::process::Child {
+    spawn_guard_process_with_env(config, args, &[])
+}
+
+/// [`spawn_guard_process`] with `PREFILL_GUARD_*` (or other) variables set.
+#[allow(dead_code)]
+pub fn spawn_guard_process_with_env(
+    config: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> tokio::process::Child {
     use std::process::Stdio;
     tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
         .arg("serve")
         .arg("--config")
         .arg(config)
         .args(args)
+        .envs(envs.iter().copied())
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -629,8 +640,18 @@ pub async fn scrape(http: &reqwest::Client, admin: impl std::fmt::Display) -> St
 /// [`spawn_binary`] with more `serve` flags after `--config`.
 #[allow(dead_code)]
 pub async fn spawn_binary_with_args(config: &std::path::Path, args: &[&str]) -> Spawned {
+    spawn_binary_with_env(config, args, &[]).await
+}
+
+/// [`spawn_binary_with_args`] with variables set.
+#[allow(dead_code)]
+pub async fn spawn_binary_with_env(
+    config: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Spawned {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = spawn_guard_process(config, args);
+    let mut child = spawn_guard_process_with_env(config, args, envs);
     let pid = child.id().expect("a running child has a pid").to_string();
     let (tx, mut logs) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
     let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr")).lines();

@@ -1,0 +1,106 @@
+//! Settings as operators spell them in the environment: booleans as `1`/`0`
+//! or `true`/`false`, comma-separated lists with spaces after the commas,
+//! byte sizes with units. The real binary, configured by variables alone.
+
+mod common;
+
+use common::sglang::{prefill_worker, InfoMock};
+use common::{binary_config, sample, scrape, spawn_binary_with_env, start_mock, words, MODEL};
+use serde_json::json;
+
+#[tokio::test]
+async fn variables_take_the_usual_spellings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = start_mock().await;
+    let (wide, narrow) = (
+        InfoMock::start(prefill_worker(100)).await,
+        InfoMock::start(prefill_worker(50)).await,
+    );
+    let config = binary_config(dir.path(), mock.addr, "");
+    let urls = format!(" {} , {}", wide.url(), narrow.url());
+    let guard = spawn_binary_with_env(
+        &config,
+        &[],
+        &[
+            ("PREFILL_GUARD_EXACT_COUNTING", "1"),
+            ("PREFILL_GUARD_REWRITE_MODELS_MAX_LEN", "off"),
+            ("PREFILL_GUARD_MAX_BODY_BYTES", "1KiB"),
+            ("PREFILL_GUARD_PREFILL_URLS", &urls),
+        ],
+    )
+    .await;
+    let listen = guard.serving["listen"].as_str().unwrap().to_string();
+    let admin = guard.serving["admin_listen"].as_str().unwrap().to_string();
+    assert_eq!(guard.serving["prefill_urls"], 2, "{}", guard.serving);
+    let http = reqwest::Client::new();
+
+    // Both workers were read: the narrower limit is enforced.
+    common::sglang::eventually("the discovered limit", || async {
+        sample(
+            &scrape(&http, &admin).await,
+            &format!("prefill_guard_limit_tokens{{model=\"{MODEL}\"}}"),
+        ) == 50.0
+    })
+    .await;
+
+    // exact_counting=1: a short prompt the bound would accept is tokenized.
+    let post = |body: serde_json::Value| {
+        http.post(format!("http://{listen}/generate"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    assert_eq!(
+        post(json!({"text": "hello world"})).await.unwrap().status(),
+        200
+    );
+    let m = scrape(&http, &admin).await;
+    let exact = format!(
+        "prefill_guard_count_method_total{{mode=\"proxy\",route=\"/generate\",model=\"{MODEL}\",method=\"exact\"}}"
+    );
+    assert_eq!(sample(&m, &exact), 1.0);
+
+    // max_body_bytes=1KiB: 1,024 bytes pass, more is 413.
+    let body = |len: usize| {
+        let mut text = words(400);
+        let overhead = json!({"text": ""}).to_string().len();
+        text.truncate(len - overhead);
+        json!({"text": text.trim_end()})
+    };
+    let fits = body(1000);
+    assert!(fits.to_string().len() <= 1024);
+    let status = post(fits).await.unwrap().status();
+    assert_ne!(status, 413, "a body under 1KiB");
+    let over = body(1100);
+    assert!(over.to_string().len() > 1024);
+    assert_eq!(post(over).await.unwrap().status(), 413);
+}
+
+#[tokio::test]
+async fn a_misspelt_variable_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = binary_config(dir.path(), "127.0.0.1:9", "max_req_input_len = 10\n");
+    for (name, value, says) in [
+        (
+            "PREFILL_GUARD_EXACT_COUNTING",
+            "maybe",
+            "PREFILL_GUARD_EXACT_COUNTING",
+        ),
+        ("PREFILL_GUARD_MAX_BODY_BYTES", "32 parsecs", "byte unit"),
+        (
+            "PREFILL_GUARD_PREFILL_URLS",
+            "http://127.0.0.1:9,,",
+            "empty item",
+        ),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env(name, value)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}={value} was accepted");
+        assert!(stderr.contains(says), "{name}={value}: {stderr}");
+    }
+}
