@@ -363,3 +363,40 @@ async fn discovery_metrics_pass_promtool() {
     }
     common::promtool_check_metrics(&text);
 }
+
+#[tokio::test]
+async fn a_worker_that_comes_up_late_is_read_within_seconds_not_an_interval() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    w.set(|a| a.fail_with = Some(503));
+    // A 60 s interval: only the quick retries can make the guard ready in time.
+    let live = start_live(&format!(
+        "prefill_urls = [\"{}\"]\ndiscovery_interval_ms = 60000\n",
+        w.url()
+    ))
+    .await;
+    eventually("the first poll", || async { w.hits("/server_info") >= 1 }).await;
+    assert_eq!(live.readyz().await, 503);
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let up = std::time::Instant::now();
+    w.set(|a| a.fail_with = None);
+    eventually("the worker is read again", || async {
+        live.limit() == Some(10)
+    })
+    .await;
+    let took = up.elapsed();
+    assert_eq!(live.readyz().await, 200);
+    // Retries after 0.25, 0.5, 1, 2 s: the first one after the worker came up
+    // is at most about 2 s later.
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "ready {took:?} after the worker"
+    );
+    let polls = w.hits("/server_info");
+    // And once it has answered, the guard goes back to its interval.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        w.hits("/server_info"),
+        polls,
+        "polled again within the interval"
+    );
+}

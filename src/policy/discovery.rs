@@ -33,6 +33,9 @@ use crate::count::{MediaBounds, ModelFiles};
 use crate::metrics::{Metrics, WorkerSample};
 use crate::sglang::{self, Api, LimitSource};
 
+/// The first quick retry while a worker has never answered.
+pub const FIRST_RETRY: Duration = Duration::from_millis(250);
+
 /// Where and how often to poll.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -163,13 +166,25 @@ impl Discovery {
         self.apply(None);
     }
 
-    /// Polls now, then every `interval`, until the handle is aborted.
+    /// Polls now, then every `interval`, until the handle is aborted. While
+    /// a worker has never answered (it is still starting, say), polls again
+    /// sooner: after [`FIRST_RETRY`], doubling up to `interval`, so the guard
+    /// is ready about a second after its workers rather than an interval later.
     pub fn spawn(self: &Arc<Self>) -> JoinHandle<()> {
         let d = self.clone();
         tokio::spawn(async move {
+            let mut retry = FIRST_RETRY;
             loop {
                 d.poll_once().await;
-                tokio::time::sleep(d.interval).await;
+                let pause = if d.all_answered() {
+                    retry = FIRST_RETRY;
+                    d.interval
+                } else {
+                    let pause = retry.min(d.interval);
+                    retry = retry.saturating_mul(2);
+                    pause
+                };
+                tokio::time::sleep(pause).await;
             }
         })
     }
