@@ -504,6 +504,12 @@ impl RawModel {
         };
         let margin = self.safety_margin_tokens.or(global_margin).unwrap_or(0);
         let max_req_input_len = match base {
+            Some(0) => {
+                return Err(ConfigError(format!(
+                    "model `{name}`: a prompt limit of 0 refuses every prompt; \
+                     max_req_input_len (refuse at L >= N) must be at least 1"
+                )))
+            }
             Some(base) => Some(base.checked_sub(margin).filter(|m| *m > 0).ok_or_else(|| {
                 ConfigError(format!(
                     "model `{name}`: safety_margin_tokens {margin} leaves no room under {base}"
@@ -783,6 +789,22 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_zero_limit_is_refused_for_what_it_is() {
+        let raw = RawConfig {
+            upstream: Some("http://127.0.0.1:1".into()),
+            model: RawModel {
+                tokenizer: Some("t".into()),
+                max_req_input_len: Some(0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let err = Config::resolve(raw).unwrap_err().to_string();
+        assert!(err.contains("at least 1"), "{err}");
+        assert!(!err.contains("safety_margin_tokens"), "{err}");
+    }
 
     #[test]
     fn byte_sizes_take_units() {

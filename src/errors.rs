@@ -22,7 +22,8 @@ pub enum Reason {
     TooLongAtLeast { tokens: usize, limit: usize },
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
-    #[error("duplicate key {0:?} in the JSON body")]
+    /// The key as JSON spells it: quoted, escapes included.
+    #[error("duplicate key {0} in the JSON body")]
     DuplicateKey(String),
     /// Valid JSON that SGLang would refuse (wrong types, failed request checks).
     #[error("{message}")]

@@ -78,6 +78,17 @@ pub enum MediaKind {
     Audio,
 }
 
+impl MediaKind {
+    /// How an operator opts in to this kind: the setting that bounds its tokens.
+    pub fn opt_in(self) -> &'static str {
+        match self {
+            MediaKind::Image => "`multimodal_image_tokens` (--multimodal-image-tokens)",
+            MediaKind::Video => "`multimodal_video_tokens` (--multimodal-video-tokens)",
+            MediaKind::Audio => "`multimodal_audio_tokens` (--multimodal-audio-tokens)",
+        }
+    }
+}
+
 impl MediaBounds {
     pub fn bound(&self, kind: MediaKind) -> Option<usize> {
         match kind {
@@ -99,7 +110,9 @@ impl MediaBounds {
             let Some(n) = n else { continue };
             let bound = self.bound(kind).ok_or_else(|| {
                 CountError::Unsupported(format!(
-                    "`{field}` is refused: its token length is set by the multimodal processor, not the body"
+                    "`{field}` is refused: its token length is set by the multimodal processor, \
+                     not the body; to admit it, set {} to an upper bound of the tokens one item takes",
+                    kind.opt_in()
                 ))
             })?;
             total = total.saturating_add(n.saturating_mul(bound));

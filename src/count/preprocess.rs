@@ -886,9 +886,14 @@ pub fn prepare_with(
         if let Some(Content::Parts(parts)) = &m.content {
             for p in parts {
                 let Part::Media(t) = p else { continue };
-                let bound = opts.media.bound(media_kind(t)).ok_or_else(|| {
+                let kind = media_kind(t);
+                let bound = opts.media.bound(kind).ok_or_else(|| {
+                    // SGLang's own words for a text-only model, then the guard's fix.
                     CountError::Unsupported(format!(
-                        "Model only supports text input; received unsupported content type '{t}'."
+                        "Model only supports text input; received unsupported content type '{t}'. \
+                         The guard admits media only when the model opts in: set {} to an upper \
+                         bound of the tokens one item takes.",
+                        kind.opt_in()
                     ))
                 })?;
                 media_tokens = media_tokens.saturating_add(bound);
@@ -1883,7 +1888,9 @@ mod tests {
         ] {
             match prepare_with(&body, ContentFormat::String, &o) {
                 Err(CountError::Unsupported(m)) => {
-                    assert!(m.contains("Model only supports text input"), "{m}")
+                    assert!(m.contains("Model only supports text input"), "{m}");
+                    // and how to admit it
+                    assert!(m.contains("--multimodal-"), "{m}");
                 }
                 other => panic!("expected a refusal, got {other:?}"),
             }

@@ -240,6 +240,13 @@ mod tests {
             Reason::DuplicateKey(k) => assert_eq!(k, "\"x\""),
             other => panic!("{other:?}"),
         }
+        // The client reads the key once quoted, as JSON spells it.
+        assert_eq!(
+            parse_strict(br#"{"content":1,"content":2}"#)
+                .unwrap_err()
+                .to_string(),
+            r#"duplicate key "content" in the JSON body"#
+        );
     }
 
     #[test]
