@@ -400,3 +400,36 @@ async fn a_worker_that_comes_up_late_is_read_within_seconds_not_an_interval() {
         "polled again within the interval"
     );
 }
+
+#[tokio::test]
+async fn a_flapping_or_garbled_worker_never_moves_the_limit() {
+    let w = InfoMock::start(prefill_worker(10)).await;
+    let live = start_live(&workers(&[&w])).await;
+    limit_becomes(&live, 10).await;
+    let stale = format!("prefill_guard_discovery_stale{{worker=\"{}\"}}", w.url());
+    let garbage = [
+        json!("<html>503 Service Temporarily Unavailable</html>"),
+        json!([1, 2, 3]),
+        json!({"status": "ready", "max_req_input_len": -5}),
+        json!({"status": "ready", "max_req_input_len": "lots"}),
+        json!({"status": "ready", "max_req_input_len": 1.5e300}),
+    ];
+    for answer in garbage {
+        let polls = w.hits("/server_info");
+        w.set(|a| a.server_info = answer.clone());
+        eventually("the garbled answer is polled twice", || async {
+            w.hits("/server_info") >= polls + 2
+        })
+        .await;
+        assert_eq!(live.limit(), Some(10), "{answer} moved the limit");
+        assert_eq!(live.readyz().await, 200, "{answer} made the guard unready");
+        assert_eq!(sample(&live.g.metrics().await, &stale), 1.0, "{answer}");
+        // and back, as a flapping worker does
+        w.set(|a| *a = prefill_worker(10));
+        eventually("the worker is fresh again", || async {
+            sample(&live.g.metrics().await, &stale) == 0.0
+        })
+        .await;
+    }
+    boundary_is(&live, 10).await;
+}
