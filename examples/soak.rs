@@ -408,17 +408,6 @@ fn judge(body: &[u8], sse: bool) -> End {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
-
 /// The status of a raw HTTP/1 answer (`HTTP/1.1 408 ...`), 0 if unreadable.
 fn status_of(raw: &[u8]) -> u16 {
     String::from_utf8_lossy(raw)
@@ -535,7 +524,7 @@ async fn post_http1(ctx: &Ctx, body: Bytes) -> Answer {
     let resp = match sent {
         Ok(r) => r,
         Err(e) if e.is_timeout() => return Answer::Nothing,
-        Err(e) => return Answer::Broken(error_chain(&e)),
+        Err(e) => return Answer::Broken(prefill_guard::sglang::error_chain(&e)),
     };
     let status = resp.status().as_u16();
     let sse = is_sse(resp.headers());
@@ -554,7 +543,7 @@ async fn post_h2c(ctx: &Ctx, body: Bytes) -> Answer {
     let exchange = async {
         let resp = match ctx.h2c.request(req).await {
             Ok(r) => r,
-            Err(e) => return Answer::Broken(error_chain(&e)),
+            Err(e) => return Answer::Broken(prefill_guard::sglang::error_chain(&e)),
         };
         let status = resp.status().as_u16();
         let sse = is_sse(resp.headers());

@@ -150,8 +150,9 @@ fn excerpt(body: &[u8]) -> String {
     }
 }
 
-/// reqwest's top-level message ("error sending request") hides the cause.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// reqwest's top-level message ("error sending request") hides the cause:
+/// an error with all its sources, `: `-separated.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
