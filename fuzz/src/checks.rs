@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use prefill_guard::count::model::CheckpointTemplates;
+use prefill_guard::count::py::json_loads;
 use prefill_guard::count::template::RenderContext;
 use prefill_guard::count::{
     ChatTemplate, Clock, CountMethod, CountPolicy, ModelCounter, TokenizerClass, TokenizerConfig,
@@ -106,15 +107,18 @@ pub fn path(data: &[u8]) {
     }
 }
 
-/// Strict JSON: what it accepts, a lenient reader reads the same way (no
+/// Strict JSON: what it accepts, Python's reader reads the same way (no
 /// duplicate key slipped through), and the canonical bytes forwarded upstream
 /// are serde_json's own and read back to the same tree.
 pub fn json(data: &[u8]) {
     let Ok(value) = parse_strict(data) else {
         return;
     };
-    let lenient: Value = serde_json::from_slice(data).expect("a lenient reader accepts it too");
-    assert_eq!(lenient, value, "the strict and lenient readers disagree");
+    // What Python reads (json.loads / orjson, duplicates aside): serde_json's
+    // own `Value` is no reference, it refuses its private raw-value key.
+    let text = std::str::from_utf8(data).expect("accepted JSON is UTF-8");
+    let lenient = json_loads(text).expect("Python's reader accepts it too");
+    assert_eq!(lenient, value, "the strict reader and Python's disagree");
     let bytes = canonical(&value, data.len());
     assert_eq!(
         &bytes[..],

@@ -1417,7 +1417,7 @@ fn process_message(
 
 /// `parse_tool_call_arguments`: the string must be JSON and a JSON object.
 fn parse_tool_call_arguments(arguments: &str) -> Result<Map<String, Value>, CountError> {
-    match serde_json::from_str::<Value>(arguments) {
+    match super::py::json_loads(arguments) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(invalid(
             "Assistant tool call function.arguments must be a JSON object.",

@@ -1,12 +1,84 @@
 //! The Python behaviours SGLang's request handling relies on, over JSON
-//! values: `json.dumps`, `repr(float)`, truthiness, `str.strip`, equality and
-//! pydantic's lax scalars. Every encoder and conversion that mirrors Python
+//! values: `json.loads`, `json.dumps`, `repr(float)`, truthiness,
+//! `str.strip`, equality and pydantic's lax scalars. Every encoder and conversion that mirrors Python
 //! code calls these instead of writing its own, so a difference from CPython
 //! is fixed once. Dependency-free on purpose (std and serde_json only).
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
-use serde_json::Value;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// `json.loads(s)` (and `orjson.loads`) into a `Value`, as serde_json reads
+/// RFC 8259 but without its one extension: `Value`'s own deserializer takes
+/// an object whose first key is `$serde_json::private::RawValue` for its
+/// raw-value token and refuses the document, where Python reads an ordinary
+/// dict. A reader that refused what Python reads would send the conversions
+/// down a path SGLang does not take (a Responses `function_call` whose
+/// arguments "are not an object" is counted as `{}`): an undercount. Later
+/// duplicate keys win, as in a Python dict. Use this for every JSON text
+/// inside a request; serde_json's `from_str::<Value>` only for the guard's
+/// own files.
+pub fn json_loads(s: &str) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(s);
+    let value = PlainValue.deserialize(&mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Builds a `Value` with no special keys.
+struct PlainValue;
+
+impl<'de> DeserializeSeed<'de> for PlainValue {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PlainValue {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::Number(v.into()))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // the parser yields finite numbers only
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(PlainValue)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let v = map.next_value_seed(PlainValue)?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
 
 /// `repr(float)`: the shortest round-trip digits, positional while the
 /// decimal exponent is in [-4, 16), otherwise `d.ddde±XX`.
@@ -309,6 +381,22 @@ pub fn eq(a: &Value, b: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn json_loads_reads_what_python_reads() {
+        // serde_json's Value takes this key for its raw-value token and refuses the text
+        let text = r#"{"$serde_json::private::RawValue": "x", "b": [1, 2.5, null, true]}"#;
+        assert!(serde_json::from_str::<Value>(text).is_err());
+        let v = json_loads(text).unwrap();
+        assert_eq!(v["$serde_json::private::RawValue"], "x");
+        assert_eq!(v["b"], serde_json::json!([1, 2.5, null, true]));
+        // a later duplicate wins, in the first one's place, as in a dict
+        let v = json_loads(r#"{"a": 1, "b": 2, "a": 3}"#).unwrap();
+        assert_eq!(serde_json::to_string(&v).unwrap(), r#"{"a":3,"b":2}"#);
+        for bad in ["", "{", "[1,]", "NaN", "{} x", "\"\\ud800\""] {
+            assert!(json_loads(bad).is_err(), "{bad}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -625,7 +625,7 @@ fn normalize_item(item: &Map<String, Value>) -> Result<Option<Value>, CountError
 /// that it stops at 128 levels of nesting where orjson goes on: such a string
 /// is refused rather than read as `"{}"`.
 fn parses_as_object(raw: &str) -> Result<bool, CountError> {
-    match serde_json::from_str::<Value>(raw) {
+    match py::json_loads(raw) {
         Ok(v) => Ok(v.is_object()),
         Err(e) if e.to_string().contains("recursion limit") => Err(CountError::Unsupported(
             "function_call arguments nested deeper than the guard reads".into(),
@@ -845,5 +845,27 @@ fn as_parts(c: &Value) -> Vec<Value> {
         Value::Array(a) => a.clone(),
         Value::String(s) if !s.is_empty() => vec![json!({"type": "text", "text": s})],
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod arguments_tests {
+    use super::*;
+
+    /// orjson reads any JSON object as a dict, serde_json's special key
+    /// included: the arguments are kept, never counted as `{}`.
+    #[test]
+    fn function_call_arguments_are_read_as_python_reads_them() {
+        let long = "word ".repeat(1000);
+        for key in ["k", "$serde_json::private::RawValue"] {
+            let raw = serde_json::to_string(&serde_json::json!({ key: long })).unwrap();
+            let item = serde_json::json!({"type": "function_call", "call_id": "c", "name": "f", "arguments": raw});
+            let message = normalize_item(item.as_object().unwrap()).unwrap().unwrap();
+            assert_eq!(
+                message["tool_calls"][0]["function"]["arguments"],
+                Value::String(raw.clone()),
+                "{key}"
+            );
+        }
     }
 }

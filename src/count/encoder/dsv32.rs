@@ -635,7 +635,7 @@ fn format(template: &str, fields: &[(&str, &str)]) -> String {
 /// differently. Those are refused (`Unmodelled`); other invalid documents
 /// are `JSONDecodeError` (with serde_json's wording, not Python's).
 pub fn json_loads(s: &str) -> Result<Value, Dsv32Error> {
-    let value: Value = match serde_json::from_str(s) {
+    let value: Value = match crate::count::py::json_loads(s) {
         Ok(value) => value,
         Err(e) if python_may_read(s, &e) => {
             return Err(error(
