@@ -21,13 +21,29 @@ use serde_json::{Map, Value};
 /// own files.
 pub fn json_loads(s: &str) -> Result<Value, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(s);
-    let value = PlainValue.deserialize(&mut de)?;
+    let value = PlainValue::KEEP_LAST.deserialize(&mut de)?;
     de.end()?;
     Ok(value)
 }
 
-/// Builds a `Value` with no special keys.
-struct PlainValue;
+/// What a repeated key in an object means.
+#[derive(Clone, Copy)]
+pub enum Duplicates {
+    /// The later value wins, as in a Python dict.
+    KeepLast,
+    /// An error naming the key (`"duplicate key \"k\""`): the guard's own
+    /// request reader, where two readers could keep different ones.
+    Refuse,
+}
+
+/// Builds a `Value` with no special keys (see [`json_loads`]); shared with
+/// the strict request reader (`inspect::json`).
+#[derive(Clone, Copy)]
+pub struct PlainValue(pub Duplicates);
+
+impl PlainValue {
+    const KEEP_LAST: Self = Self(Duplicates::KeepLast);
+}
 
 impl<'de> DeserializeSeed<'de> for PlainValue {
     type Value = Value;
@@ -65,7 +81,7 @@ impl<'de> Visitor<'de> for PlainValue {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(PlainValue)? {
+        while let Some(v) = seq.next_element_seed(self)? {
             out.push(v);
         }
         Ok(Value::Array(out))
@@ -73,7 +89,12 @@ impl<'de> Visitor<'de> for PlainValue {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let v = map.next_value_seed(PlainValue)?;
+            if matches!(self.0, Duplicates::Refuse) && out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?}"
+                )));
+            }
+            let v = map.next_value_seed(self)?;
             out.insert(key, v);
         }
         Ok(Value::Object(out))

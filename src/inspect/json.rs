@@ -2,19 +2,22 @@
 //! refuse it. Anything the two could read differently is refused: duplicate
 //! keys at any depth (orjson keeps the last, smg refuses), a BOM, lone
 //! surrogates, NaN/Infinity, trailing garbage. serde_json already refuses all
-//! of those but duplicate keys, which the visitor below adds.
+//! of those but duplicate keys, which `count::py::PlainValue` refuses here (the same
+//! reader `json_loads` uses, so serde_json's private raw-value key is an
+//! ordinary key in both).
 
-use std::fmt;
+use serde::de::DeserializeSeed;
+use serde_json::Value;
 
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Number, Value};
-
+use crate::count::py::{Duplicates, PlainValue};
 use crate::errors::Reason;
 
 /// Parses a request body into a `Value` (key order kept), refusing anything ambiguous.
 pub fn parse_strict(body: &[u8]) -> Result<Value, Reason> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let value = StrictSeed.deserialize(&mut de).map_err(classify)?;
+    let value = PlainValue(Duplicates::Refuse)
+        .deserialize(&mut de)
+        .map_err(classify)?;
     de.end().map_err(classify)?;
     Ok(value)
 }
@@ -155,66 +158,6 @@ fn push_escape(out: &mut Vec<u8>, b: u8) {
         }
     };
     out.extend_from_slice(&[b'\\', short]);
-}
-
-struct StrictSeed;
-
-impl<'de> DeserializeSeed<'de> for StrictSeed {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(StrictVisitor)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("non-finite number"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(v) = seq.next_element_seed(StrictSeed)? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(de::Error::custom(format_args!("{DUPLICATE}{key:?}")));
-            }
-            let v = map.next_value_seed(StrictSeed)?;
-            out.insert(key, v);
-        }
-        Ok(Value::Object(out))
-    }
 }
 
 #[cfg(test)]
