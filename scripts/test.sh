@@ -10,9 +10,14 @@ export PREFILL_GUARD_SHARED="${PREFILL_GUARD_SHARED:-$(cd .. && pwd)/shared}"
 
 ./scripts/install-test-deps.sh
 
+# A clean clone builds once: incremental caches would only double the disk
+# the test binaries take (CI has room for one copy, not two).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
+df -h . | sed 's/^/disk: /' >&2
 # Every fuzz target for 60 s (nightly + cargo-fuzz); a crash or panic fails.
 ./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}"
 ./scripts/e2e.sh
