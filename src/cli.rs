@@ -196,6 +196,20 @@ pub struct ServeArgs {
         default_missing_value = "true"
     )]
     pub exact_counting: Option<bool>,
+    /// Memory for remembered piece counts of long prompts, so a resent
+    /// conversation costs only its new text; 0 = off (default 64MiB; units
+    /// as for --max-body-bytes).
+    #[arg(long, env = "PREFILL_GUARD_COUNT_CACHE_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
+    pub count_cache_bytes: Option<usize>,
+    /// Who may reuse whose remembered counts: `authorization` (per credential,
+    /// the default), `header:NAME` (per value of that header) or `none` (all
+    /// tenants share; exposes a timing probe, see the README).
+    #[arg(
+        long,
+        env = "PREFILL_GUARD_COUNT_CACHE_PARTITION",
+        value_name = "PARTITION"
+    )]
+    pub count_cache_partition: Option<String>,
     #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Seconds in-flight requests get to finish after SIGTERM.
@@ -358,6 +372,8 @@ impl ServeArgs {
             max_connections: self.max_connections,
             max_connections_per_client: self.max_connections_per_client,
             exact_counting: self.exact_counting,
+            count_cache_bytes: self.count_cache_bytes,
+            count_cache_partition: self.count_cache_partition.clone(),
             log_format: self.log_format,
             shutdown_grace_secs: self.shutdown_grace_secs,
             safety_margin_tokens: self.safety_margin_tokens,

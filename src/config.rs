@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::count::cache::Partitioning;
 use crate::count::serving::{Observed, SglangEnv};
 
 /// The effective configuration of `prefill-guard serve`.
@@ -51,6 +52,11 @@ pub struct Config {
     /// Tokenize every prompt (up to the limit): never accept by the upper
     /// bound (`count/bound.rs`).
     pub exact_counting: bool,
+    /// Bytes for remembered piece counts of long prompts (`count/cache.rs`);
+    /// 0: off.
+    pub count_cache_bytes: usize,
+    /// Which requests may reuse each other's remembered counts.
+    pub count_cache_partition: Partitioning,
     pub log_format: LogFormat,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
@@ -160,6 +166,11 @@ pub struct RawConfig {
     pub max_connections_per_client: Option<usize>,
     /// Tokenize every prompt; never accept by the upper bound (default false).
     pub exact_counting: Option<bool>,
+    /// Memory for remembered piece counts (default 64 MiB, 0 = off).
+    #[serde(default, deserialize_with = "bytes_setting")]
+    pub count_cache_bytes: Option<usize>,
+    /// `authorization` (default), `header:NAME` or `none`.
+    pub count_cache_partition: Option<String>,
     pub log_format: Option<LogFormat>,
     pub shutdown_grace_secs: Option<u64>,
     /// Applies to every model that does not set its own.
@@ -295,6 +306,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// A counting slot is worth waiting for about as long as a few of the largest
 /// prompts take to count; past that a 503 the client can retry is the better answer.
 const DEFAULT_COUNT_QUEUE_TIMEOUT_MS: u64 = 10_000;
+/// About a million remembered pieces: some 4 GB of prompt text across tenants.
+pub const DEFAULT_COUNT_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The default body budget holds this many bodies of the maximum size.
 pub const DEFAULT_INFLIGHT_BODIES: usize = 8;
 /// Between discovery rounds: a restart or a memory change on a prefill
@@ -393,6 +406,8 @@ impl RawConfig {
                 .max_connections_per_client
                 .or(self.max_connections_per_client),
             exact_counting: over.exact_counting.or(self.exact_counting),
+            count_cache_bytes: over.count_cache_bytes.or(self.count_cache_bytes),
+            count_cache_partition: over.count_cache_partition.or(self.count_cache_partition),
             log_format: over.log_format.or(self.log_format),
             shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
             safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
@@ -731,6 +746,13 @@ impl Config {
             max_inflight_body_bytes,
             client: ClientLimits::resolve(&raw)?,
             exact_counting: raw.exact_counting.unwrap_or(false),
+            count_cache_bytes: raw.count_cache_bytes.unwrap_or(DEFAULT_COUNT_CACHE_BYTES),
+            count_cache_partition: match &raw.count_cache_partition {
+                Some(p) => p
+                    .parse()
+                    .map_err(|e: String| ConfigError(format!("count_cache_partition: {e}")))?,
+                None => Partitioning::default(),
+            },
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             prefill_urls,

@@ -183,7 +183,8 @@ pub async fn check_body(
     match class {
         RouteClass::Inspect(route) => {
             let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes());
-            let decision = app.guard.check(route, content_type, body).await;
+            let partition = app.guard.partition(headers);
+            let decision = app.guard.check(route, content_type, partition, body).await;
             rec.absorb(&decision);
             Ok(Admit::Inspected {
                 route,

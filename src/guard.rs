@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
+use crate::count::cache::{CacheScope, CountCache, Partition, Partitioning};
 use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit};
 use crate::errors::Reason;
 use crate::inspect::{self, json, Route};
@@ -60,6 +61,10 @@ struct Core {
     exact_counting: bool,
     /// Sampled count checks (`verify_sample_rate`), if on.
     sampler: Option<Arc<crate::verify::Sampler>>,
+    /// Remembered piece counts of long prompts (`count_cache_bytes`), if on.
+    cache: Option<Arc<CountCache>>,
+    /// Which requests may reuse each other's remembered counts.
+    partitioning: Partitioning,
 }
 
 /// A parsed request, with the counter and limit of its model's profile.
@@ -86,6 +91,8 @@ impl Guard {
                 clock,
                 exact_counting: false,
                 sampler: None,
+                cache: None,
+                partitioning: Partitioning::default(),
             },
             pool: CountPool::new(workers, queue),
         }
@@ -103,6 +110,36 @@ impl Guard {
     pub fn with_sampler(mut self, sampler: Option<Arc<crate::verify::Sampler>>) -> Self {
         self.core.sampler = sampler;
         self
+    }
+
+    /// Remembers the counts of long prompts' pieces, per tenant
+    /// (`count_cache_bytes`, `count_cache_partition`).
+    pub fn with_count_cache(
+        mut self,
+        cache: Option<Arc<CountCache>>,
+        partitioning: Partitioning,
+    ) -> Self {
+        self.core.cache = cache.filter(|c| c.budget() > 0);
+        self.core.partitioning = partitioning;
+        self
+    }
+
+    /// The tenant partition of a request's counts: a keyed hash of its
+    /// credential (`Authorization`, else `x-api-key`) or of the configured
+    /// header; absent values share one partition, as do all requests with
+    /// `count_cache_partition = "none"`.
+    pub fn partition(&self, headers: &http::HeaderMap) -> Partition {
+        let Some(cache) = &self.core.cache else {
+            return Partition::default();
+        };
+        let value = match &self.core.partitioning {
+            Partitioning::None => return Partition::default(),
+            Partitioning::Authorization => headers
+                .get(http::header::AUTHORIZATION)
+                .or_else(|| headers.get("x-api-key")),
+            Partitioning::Header(name) => headers.get(name.as_str()),
+        };
+        cache.partition_of(value.map_or(&b""[..], |v| v.as_bytes()))
     }
 
     /// Longest wait for a counting thread before the request is shed.
@@ -140,20 +177,32 @@ impl Guard {
     /// would cost in wake-ups. A large one is decided whole on the bounded
     /// pool, parsing included, so that neither parsing nor counting a
     /// multi-megabyte body holds up the connections sharing this thread.
-    pub async fn check(&self, route: Route, content_type: Option<&[u8]>, body: Bytes) -> Decision {
+    /// `partition` is the request's [`Self::partition`].
+    pub async fn check(
+        &self,
+        route: Route,
+        content_type: Option<&[u8]>,
+        partition: Partition,
+        body: Bytes,
+    ) -> Decision {
         let mut d = Decision::new(route);
         if let Err(reason) = require_json(content_type) {
             d.verdict = Err(reason);
             return d;
         }
         if body.len() > INLINE_MAX_BYTES {
-            return self.check_on_pool(route, body).await;
+            return self.check_on_pool(route, partition, body).await;
         }
-        d.verdict = self.decide_small(&mut d, &body).await;
+        d.verdict = self.decide_small(&mut d, partition, &body).await;
         d
     }
 
-    async fn decide_small(&self, d: &mut Decision, body: &[u8]) -> Result<Bytes, Reason> {
+    async fn decide_small(
+        &self,
+        d: &mut Decision,
+        partition: Partition,
+        body: &[u8],
+    ) -> Result<Bytes, Reason> {
         let Inspected {
             value,
             units,
@@ -162,7 +211,9 @@ impl Guard {
         } = self.core.inspect(d, body)?;
         let sampled = self.core.sample(&units);
         let started = Instant::now();
-        let counted = self.count_small(counter.clone(), units, limit).await;
+        let counted = self
+            .count_small(counter.clone(), units, limit, partition)
+            .await;
         d.count_time = started.elapsed();
         let verdict = conclude(d, &value, counted?, limit, body.len())?;
         self.core.check_sample(d, counter, sampled);
@@ -176,14 +227,15 @@ impl Guard {
         counter: Arc<ModelCounter>,
         units: Vec<Unit>,
         limit: usize,
+        partition: Partition,
     ) -> Result<Vec<Counted>, Reason> {
-        let mut policy = self.core.policy(&counter, limit);
+        let mut policy = self.core.policy(&counter, limit, partition);
         // Token ids and embeddings need no tokenizer: no reason to queue them.
         if units
             .iter()
             .all(|u| matches!(u, Unit::Ids(_) | Unit::Embeds(_)))
         {
-            return count_units(&counter, &units, policy, self.core.clock);
+            return count_units(&counter, &units, &policy, self.core.clock);
         }
         if !policy.exact_only {
             match decide_units_by_bound(&counter, &units, limit, self.core.clock)? {
@@ -195,20 +247,20 @@ impl Guard {
         }
         let clock = self.core.clock;
         self.pool
-            .run(move || count_units(&counter, &units, policy, clock))
+            .run(move || count_units(&counter, &units, &policy, clock))
             .await?
     }
 
     /// The whole decision on a counting thread. `count_time` is then the
     /// time from admission to verdict: queueing and parsing included.
-    async fn check_on_pool(&self, route: Route, body: Bytes) -> Decision {
+    async fn check_on_pool(&self, route: Route, partition: Partition, body: Bytes) -> Decision {
         let started = Instant::now();
         let core = self.core.clone();
         let mut d = self
             .pool
             .run(move || {
                 let mut d = Decision::new(route);
-                d.verdict = core.decide_here(&mut d, &body);
+                d.verdict = core.decide_here(&mut d, partition, &body);
                 d
             })
             .await
@@ -256,8 +308,12 @@ impl Core {
         })
     }
 
-    fn policy(&self, counter: &ModelCounter, limit: usize) -> CountPolicy {
+    fn policy(&self, counter: &ModelCounter, limit: usize, partition: Partition) -> CountPolicy {
         CountPolicy {
+            cache: self
+                .cache
+                .clone()
+                .map(|cache| CacheScope { cache, partition }),
             limit: Some(limit),
             // Without a bound for this tokenizer, trying one would only
             // render every chat template twice.
@@ -267,7 +323,12 @@ impl Core {
     }
 
     /// The whole decision, synchronously: for a counting thread.
-    fn decide_here(&self, d: &mut Decision, body: &[u8]) -> Result<Bytes, Reason> {
+    fn decide_here(
+        &self,
+        d: &mut Decision,
+        partition: Partition,
+        body: &[u8],
+    ) -> Result<Bytes, Reason> {
         let Inspected {
             value,
             units,
@@ -275,7 +336,8 @@ impl Core {
             limit,
         } = self.inspect(d, body)?;
         let sampled = self.sample(&units);
-        let counts = count_units(&counter, &units, self.policy(&counter, limit), self.clock)?;
+        let policy = self.policy(&counter, limit, partition);
+        let counts = count_units(&counter, &units, &policy, self.clock)?;
         let verdict = conclude(d, &value, counts, limit, body.len())?;
         self.check_sample(d, counter, sampled);
         Ok(verdict)
@@ -401,12 +463,12 @@ fn decide_units_by_bound(
 pub fn count_units(
     counter: &ModelCounter,
     units: &[Unit],
-    policy: CountPolicy,
+    policy: &CountPolicy,
     clock: Clock,
 ) -> Result<Vec<Counted>, Reason> {
     let mut counts = Vec::with_capacity(units.len());
     for unit in units {
-        let c = counter.count_with(unit, clock, policy)?;
+        let c = counter.count_with(unit, clock, policy.clone())?;
         counts.push(c);
         if policy.limit.is_some_and(|l| c.tokens >= l) {
             break;

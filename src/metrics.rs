@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::count::cache::CacheCounters;
 use crate::policy::Profile;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -70,6 +71,8 @@ pub struct Metrics {
     client_timeouts: CounterVec,
     /// Open connections per listener and per peer (shared across reloads).
     pub connections: Arc<Connections>,
+    /// The count cache's totals (shared by every cache a reload builds).
+    pub count_cache: Arc<CacheCounters>,
 }
 
 /// One prefill worker as discovery last saw it, read at scrape time. The
@@ -167,6 +170,7 @@ impl Metrics {
                 &["listener", "phase"],
             ),
             connections: Arc::default(),
+            count_cache: Arc::default(),
         }
     }
 
@@ -295,6 +299,7 @@ impl Metrics {
         if !workers.is_empty() {
             render_workers(&mut out, workers);
         }
+        render_count_cache(&mut out, &self.count_cache);
         header(
             &mut out,
             "prefill_guard_in_flight_requests",
@@ -330,6 +335,48 @@ impl Metrics {
             labels(&["version"], &[&self.version], None)
         );
         out
+    }
+}
+
+/// The count cache (`count/cache.rs`): pieces of long prompts whose count
+/// was remembered or had to be computed, and what the cache holds.
+fn render_count_cache(out: &mut String, c: &CacheCounters) {
+    let counters = [
+        (
+            "prefill_guard_count_cache_hits_total",
+            "Pieces of long prompts whose exact count was remembered (count_cache_bytes).",
+            c.hits.load(Ordering::Relaxed),
+        ),
+        (
+            "prefill_guard_count_cache_misses_total",
+            "Pieces of long prompts that had to be tokenized (not remembered in the tenant's partition).",
+            c.misses.load(Ordering::Relaxed),
+        ),
+        (
+            "prefill_guard_count_cache_evictions_total",
+            "Remembered counts dropped to stay within count_cache_bytes (the largest partition first).",
+            c.evictions.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, value) in counters {
+        header(out, name, help, "counter");
+        let _ = writeln!(out, "{name} {value}");
+    }
+    let gauges = [
+        (
+            "prefill_guard_count_cache_bytes",
+            "Bytes the count cache holds (charged per entry), at most count_cache_bytes.",
+            c.bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "prefill_guard_count_cache_partitions",
+            "Tenant partitions with remembered counts.",
+            c.partitions.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        header(out, name, help, "gauge");
+        let _ = writeln!(out, "{name} {}", value.max(0));
     }
 }
 

@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, RawConfig};
+use crate::count::cache::CountCache;
 use crate::count::Clock;
 use crate::guard::Guard;
 use crate::metrics::Metrics;
@@ -313,6 +314,15 @@ async fn build(
         Clock::Local,
     )
     .with_exact_counting(config.exact_counting)
+    .with_count_cache(
+        (config.count_cache_bytes > 0).then(|| {
+            Arc::new(CountCache::new(
+                config.count_cache_bytes,
+                metrics.count_cache.clone(),
+            ))
+        }),
+        config.count_cache_partition.clone(),
+    )
     .with_sampler(sampler)
     .with_queue_timeout(config.count_queue_timeout);
     let app = App::assemble(config, guard, metrics.clone(), discovery.clone())?;

@@ -476,7 +476,7 @@ proptest! {
             let Ok(exact) = counter.count(&unit, Clock::default()) else { continue };
             let limit = ((exact as f64 * limit_frac) as usize).max(1);
             for parallel in [false, true] {
-                let policy = CountPolicy { limit: Some(limit), exact_only, parallel };
+                let policy = CountPolicy { limit: Some(limit), exact_only, parallel, cache: None };
                 let c = counter.count_with(&unit, Clock::default(), policy).unwrap();
                 match c.method {
                     CountMethod::Exact => prop_assert_eq!(c.tokens, exact, "{}", name),

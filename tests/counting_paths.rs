@@ -89,7 +89,12 @@ async fn exact_counting_never_decides_by_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let guard = demo_guard(dir.path(), Some(50)).with_exact_counting(exact);
         let d = guard
-            .check(Route::Generate, Some(b"application/json"), body.clone())
+            .check(
+                Route::Generate,
+                Some(b"application/json"),
+                Default::default(),
+                body.clone(),
+            )
             .await;
         assert!(d.verdict.is_ok());
         assert_eq!(d.method, Some(method));

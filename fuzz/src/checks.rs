@@ -199,6 +199,7 @@ pub fn extract(counter: &Counter, data: &[u8]) {
                         limit: Some(limit),
                         exact_only: true,
                         parallel: false,
+                        cache: None,
                     },
                 )
                 .expect("a unit that counts also counts with a limit");

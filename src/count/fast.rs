@@ -34,7 +34,16 @@ use tokenizers::{
     PreTokenizer, Token, Tokenizer,
 };
 
+use super::cache::{CountCache, Partition};
 use super::CountError;
+
+/// What a cached count is keyed by besides the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheKey {
+    /// The tokenizer instance (`TextTokenizer::id`).
+    pub tokenizer: u64,
+    pub partition: Partition,
+}
 
 /// When and how a text is spread over the counting pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +171,118 @@ impl Pipeline {
         Ok(Tally {
             tokens: tally.tokens.saturating_add(extra),
             complete: tally.complete,
+        })
+    }
+
+    /// [`Self::count`] through the count cache (`cache.rs`): the text is cut
+    /// at content-chosen safe points, remembered pieces are summed, and only
+    /// the others are tokenized (on the pool when `parallel`), stopping once
+    /// the running total reaches `limit`. Falls back to [`Self::count`] for
+    /// short texts and tokenizers the cut is not argued for.
+    #[allow(clippy::too_many_arguments)]
+    pub fn count_cached(
+        &self,
+        tokenizer: &Tokenizer,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+        parallel: Option<Chunking>,
+        cache: &CountCache,
+        key: CacheKey,
+    ) -> Result<Tally, CountError> {
+        if !self.text_cuts || text.len() < cache.min_text_bytes() {
+            return self.count(tokenizer, text, add_special_tokens, limit, parallel);
+        }
+        let extra = self.additions(add_special_tokens);
+        if limit.is_some_and(|l| extra >= l) {
+            return Ok(Tally {
+                tokens: extra,
+                complete: false,
+            });
+        }
+        let model_limit = limit.map(|l| l - extra);
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for c in super::cache::content_cuts(text) {
+            pieces.push(&text[start..c]);
+            start = c;
+        }
+        pieces.push(&text[start..]);
+        let keys: Vec<u128> = pieces
+            .iter()
+            .map(|p| cache.key_of(key.tokenizer, key.partition, p))
+            .collect();
+        let known = cache.lookup(key.partition, &keys);
+        let remembered: usize = known.iter().flatten().map(|&n| n as usize).sum();
+        let missing: Vec<usize> = (0..pieces.len()).filter(|&i| known[i].is_none()).collect();
+        if missing.is_empty() {
+            return Ok(Tally {
+                tokens: remembered + extra,
+                complete: true,
+            });
+        }
+        if model_limit.is_some_and(|l| remembered >= l) {
+            return Ok(Tally {
+                tokens: remembered + extra,
+                complete: false,
+            });
+        }
+        let stop = AtomicBool::new(false);
+        let total = AtomicUsize::new(remembered);
+        let model = tokenizer.get_model();
+        let one = |i: &usize| -> Result<Option<(usize, Tally)>, CountError> {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let pre = pre_tokenize(tokenizer, pieces[*i])?;
+            let splits = pre.get_splits(OffsetReferential::Normalized, OffsetType::None);
+            let t = match parallel {
+                // A long stretch without a safe cut (CJK text, say) is
+                // still spread over the pool, split by split.
+                Some(c) if self.parallel_safe && splits.len() >= c.min_splits.max(2) => {
+                    let left = model_limit.map(|l| l.saturating_sub(total.load(Ordering::Relaxed)));
+                    let t = count_parallel(model, &splits, left, c.chunk_splits.max(1))?;
+                    total.fetch_add(t.tokens, Ordering::Relaxed);
+                    t
+                }
+                _ => count_sequential(model, &splits, model_limit, &stop, Some(&total))?,
+            };
+            if model_limit.is_some_and(|l| total.load(Ordering::Relaxed) >= l) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            Ok(Some((*i, t)))
+        };
+        let counted: Vec<Result<Option<(usize, Tally)>, CountError>> = match parallel {
+            Some(_) if self.parallel_safe && missing.len() > 1 => {
+                use rayon::prelude::*;
+                pool().install(|| missing.par_iter().map(one).collect())
+            }
+            _ => missing.iter().map(one).collect(),
+        };
+        let mut sum = Tally {
+            tokens: remembered,
+            complete: true,
+        };
+        let mut learned = Vec::with_capacity(counted.len());
+        for c in counted {
+            match c? {
+                Some((i, t)) => {
+                    sum.tokens += t.tokens;
+                    sum.complete &= t.complete;
+                    if t.complete {
+                        // Counts of a piece fit: a piece is at most the text.
+                        learned.push((keys[i], u32::try_from(t.tokens).unwrap_or(u32::MAX)));
+                    }
+                }
+                None => sum.complete = false,
+            }
+        }
+        if learned.iter().all(|&(_, n)| n < u32::MAX) {
+            cache.insert(key.partition, &learned);
+        }
+        Ok(Tally {
+            tokens: sum.tokens.saturating_add(extra),
+            complete: sum.complete,
         })
     }
 

@@ -3,6 +3,7 @@
 
 pub mod anthropic;
 pub mod bound;
+pub mod cache;
 mod chat_api;
 pub mod cuts;
 pub mod encoder;
@@ -278,7 +279,7 @@ pub struct Counted {
 }
 
 /// How [`ModelCounter::count_with`] may decide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct CountPolicy {
     /// The unit's limit (`L >= limit` is refused); `None`: count everything exactly.
     pub limit: Option<usize>,
@@ -286,6 +287,8 @@ pub struct CountPolicy {
     pub exact_only: bool,
     /// Spread long texts over the counting pool.
     pub parallel: bool,
+    /// Remember and reuse the counts of long texts' pieces (`cache.rs`).
+    pub cache: Option<cache::CacheScope>,
 }
 
 /// One counting pass: either upper bounds, or exact counts with an optional
@@ -296,6 +299,7 @@ struct Ctx {
     bound: bool,
     limit: Option<usize>,
     parallel: bool,
+    cache: Option<cache::CacheScope>,
     /// A text was measured by its bound.
     used_bound: std::cell::Cell<bool>,
     /// A text had no bound: the bound pass decides nothing.
@@ -308,15 +312,16 @@ impl Ctx {
     fn bound() -> Self {
         Self {
             bound: true,
-            ..Self::exact(None, false)
+            ..Self::exact(None, false, None)
         }
     }
 
-    fn exact(limit: Option<usize>, parallel: bool) -> Self {
+    fn exact(limit: Option<usize>, parallel: bool, cache: Option<cache::CacheScope>) -> Self {
         Self {
             bound: false,
             limit,
             parallel,
+            cache,
             used_bound: Default::default(),
             unbounded: Default::default(),
             stopped: Default::default(),
@@ -561,7 +566,7 @@ impl ModelCounter {
         clock: Clock,
         policy: CountPolicy,
     ) -> Result<Counted, CountError> {
-        let ctx = Ctx::exact(policy.limit, policy.parallel);
+        let ctx = Ctx::exact(policy.limit, policy.parallel, policy.cache.clone());
         let n = self.count_in(unit, clock, &ctx)?;
         if !ctx.stopped.get() {
             return Ok(Counted {
@@ -577,7 +582,7 @@ impl ModelCounter {
         }
         // Every composition of counts is monotone, so a stopped count is at
         // least the limit; should that ever not hold, count it all (fail closed).
-        let ctx = Ctx::exact(None, policy.parallel);
+        let ctx = Ctx::exact(None, policy.parallel, policy.cache);
         Ok(Counted {
             tokens: self.count_in(unit, clock, &ctx)?,
             method: CountMethod::Exact,
@@ -645,7 +650,13 @@ impl ModelCounter {
                 }
             });
         }
-        let tally = tokenizer.tally(text, add_special_tokens, ctx.limit, ctx.parallel)?;
+        let tally = tokenizer.tally(
+            text,
+            add_special_tokens,
+            ctx.limit,
+            ctx.parallel,
+            ctx.cache.as_ref(),
+        )?;
         if !tally.complete {
             ctx.stopped.set(true);
         }
@@ -661,7 +672,7 @@ impl ModelCounter {
         let tokenizer = self.tokenizer()?;
         // One more than the limit: up to one token is removed afterwards.
         let limit = ctx.limit.map(|l| l.saturating_add(1));
-        let tally = tokenizer.tally(prefix, true, limit, ctx.parallel)?;
+        let tally = tokenizer.tally(prefix, true, limit, ctx.parallel, ctx.cache.as_ref())?;
         if !tally.complete {
             ctx.stopped.set(true);
             return Ok(tally.tokens.saturating_sub(1));
@@ -691,7 +702,7 @@ impl ModelCounter {
         }
     }
 
-    fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
+    pub fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
         self.files.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
     }
 

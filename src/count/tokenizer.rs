@@ -33,7 +33,11 @@ use serde_json::{json, Map, Value};
 use tokenizers::{AddedToken, Tokenizer};
 
 use super::bound::BoundRule;
-use super::fast::{Chunking, Pipeline, Tally};
+use super::cache::CacheScope;
+use super::fast::{CacheKey, Chunking, Pipeline, Tally};
+
+/// Identities of loaded tokenizers (`TextTokenizer::id`).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 use super::py;
 use super::{CountError, LoadError};
 
@@ -334,6 +338,9 @@ pub struct TextTokenizer {
     auto_adds_specials: bool,
     bos_token_id: Option<u32>,
     special_tokens: Vec<(String, String)>,
+    /// This instance, for the count cache's keys: two loads never share
+    /// remembered counts, whatever their files.
+    id: u64,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -571,6 +578,7 @@ impl TextTokenizer {
             auto_adds_specials,
             bos_token_id,
             special_tokens,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -619,7 +627,7 @@ impl TextTokenizer {
         limit: usize,
         parallel: bool,
     ) -> Result<Tally, CountError> {
-        self.tally(text, add_special_tokens, Some(limit), parallel)
+        self.tally(text, add_special_tokens, Some(limit), parallel, None)
     }
 
     /// [`Self::count_until`] with explicit chunking (`None`: on this thread),
@@ -636,17 +644,47 @@ impl TextTokenizer {
             .count(&self.inner, text, add_special_tokens, limit, chunking)
     }
 
-    /// Counts with an optional limit (see [`Self::count_until`]).
+    /// Counts with an optional limit (see [`Self::count_until`]), through
+    /// the count cache when there is one.
     pub(crate) fn tally(
         &self,
         text: &str,
         add_special_tokens: bool,
         limit: Option<usize>,
         parallel: bool,
+        cache: Option<&CacheScope>,
     ) -> Result<Tally, CountError> {
         let chunking = parallel.then_some(Chunking::DEFAULT);
-        self.pipeline
-            .count(&self.inner, text, add_special_tokens, limit, chunking)
+        match cache {
+            Some(scope) => self.pipeline.count_cached(
+                &self.inner,
+                text,
+                add_special_tokens,
+                limit,
+                chunking,
+                &scope.cache,
+                CacheKey {
+                    tokenizer: self.id,
+                    partition: scope.partition,
+                },
+            ),
+            None => self
+                .pipeline
+                .count(&self.inner, text, add_special_tokens, limit, chunking),
+        }
+    }
+
+    /// [`Self::count_until`] through a count cache (`cache.rs`), for the
+    /// property tests and benchmarks that compare it with a fresh count.
+    pub fn count_cached(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        limit: Option<usize>,
+        parallel: bool,
+        cache: &CacheScope,
+    ) -> Result<Tally, CountError> {
+        self.tally(text, add_special_tokens, limit, parallel, Some(cache))
     }
 
     /// A sound upper bound on `encode_len(text, add_special_tokens)` without

@@ -349,6 +349,8 @@ pub async fn start(opts: Options) -> Guarded {
         max_inflight_body_bytes: opts.max_body_bytes.saturating_mul(8),
         client: opts.client,
         exact_counting: false,
+        count_cache_bytes: prefill_guard::config::DEFAULT_COUNT_CACHE_BYTES,
+        count_cache_partition: Default::default(),
         log_format: LogFormat::Human,
         shutdown_grace: opts.shutdown_grace,
         prefill_urls: Vec::new(),
