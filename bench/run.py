@@ -9,6 +9,9 @@ One run starts, all on loopback:
   naive   client -> bench/naive_guard.py (FastAPI + transformers) -> stub
 and drives each with wrk over chat bodies of about 1k, 32k and 600k tokens
 and an over-limit body of about 1M tokens, then:
+  - the agent workload: a ~450k-token conversation resent with one more
+    turn, cold and warm, to a guard with its count cache and one without,
+    beside one single-threaded encode of its text (`--workloads agent`),
   - the guard's decision on the 600k and 1M prompts against one
     single-threaded `tokenizers` encode of the same text (examples/bench_encode.rs),
   - a flood: 64 connections sending 4 MiB bodies to the guard, with its peak
@@ -612,7 +615,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: seconds-long runs")
     ap.add_argument("--targets", default="direct,envoy,guard,router,naive")
-    ap.add_argument("--workloads", default="1k,32k,600k,1M")
+    ap.add_argument("--workloads", default="1k,32k,600k,1M,agent")
     ap.add_argument("--no-flood", action="store_true")
     ap.add_argument("--out", default=str(REPO / "target" / "bench"))
     ap.add_argument("--guard", default=str(REPO / "target" / "release" / "prefill-guard"))
@@ -759,6 +762,9 @@ def main() -> None:
                                  int(os.environ.get("BENCH_FLOOD_CLIENTS", 64)))
         results["flood_rss_bound_mib"] = flood_bound
     results["encode"] = extra
+    if "agent" in wanted:
+        results["agent"] = agent_run(args, tokenizer_arg, tokenizer_dir / "tokenizer.json", stub_url, out, logs,
+                                     meta["chars_per_token"], quick)
     results["elapsed_s"] = time.time() - started
     results["measured"] = args.measured
     results["load_before"] = load_start
@@ -767,6 +773,134 @@ def main() -> None:
     report = render(results, targets, workloads, meta, quick, seconds, long_requests, flood_seconds)
     (out / "results.md").write_text(report)
     print(report)
+
+
+# ---------------------------------------------------------------------------
+# Agent workload: a long conversation resent with one new turn
+
+AGENT_TURNS = 64  # turns of the first request (~7k tokens each)
+AGENT_RESENDS = 4  # warm resends, each with one more turn
+
+
+def agent_conversation(chars_per_token: float, turns: int, tokens_per_turn: int) -> list[dict]:
+    """System prompt, then user and assistant turns of prose and code-ish
+    text, deterministic: turn k is the same in every resend."""
+    msgs = [{"role": "system", "content": english_ish(random.Random(500), int(2_000 * chars_per_token))}]
+    for k in range(turns):
+        rng = random.Random(1000 + k)
+        text = english_ish(rng, int(tokens_per_turn * chars_per_token))
+        if k % 3 == 2:
+            # A tool result: a file listing with code, as agents resend them.
+            code = "\n".join(f"    let x{i} = compute(x{i - 1}, {i}); // step {i}" for i in range(1, 200))
+            text = f"```rust\nfn main() {{\n{code}\n}}\n```\n{text}"
+        msgs.append({"role": "user" if k % 2 == 0 else "assistant", "content": text})
+    if msgs[-1]["role"] == "assistant":
+        msgs.append({"role": "user", "content": "Go on."})
+    return msgs
+
+
+def agent_body(msgs: list[dict]) -> bytes:
+    return json.dumps({"model": MODEL, "messages": msgs, "max_tokens": 16}, ensure_ascii=False).encode()
+
+
+def guard_scrape(admin: int) -> dict[str, float]:
+    _, text = http("GET", f"http://127.0.0.1:{admin}/metrics", timeout=10)
+    out: dict[str, float] = {}
+    for line in text.decode().splitlines():
+        m = re.match(r"(prefill_guard_count_(?:duration_seconds_(?:sum|count)|cache_\w+))(\{[^}]*\})? (\S+)", line)
+        if m:
+            out[m.group(1)] = out.get(m.group(1), 0) + float(m.group(3))
+    return out
+
+
+def agent_run(args, tokenizer_arg: str, tokenizer_json: Path, stub_url: str, out: Path, logs: Path,
+              chars_per_token: float, quick: bool) -> dict:
+    """Two guards side by side (count cache on, the default, and off), each
+    sent the same sequence on one connection: a ~450k-token conversation
+    (cold), AGENT_RESENDS resends with one more turn each (warm), then the
+    last one under another tenant's credential (another partition). Beside
+    them, one single-threaded `tokenizers` encode of the last conversation's
+    text."""
+    turns = 8 if quick else AGENT_TURNS
+    per_turn = 7_000
+    resends = 2 if quick else AGENT_RESENDS
+    convs = [agent_conversation(chars_per_token, turns + i, per_turn) for i in range(resends + 1)]
+    text_path = out / "bodies" / "agent.txt"
+    text_path.write_text("\n".join(m["content"] for m in convs[-1]))
+    plan = [("cold", "tenant-a", convs[0])]
+    plan += [(f"warm {i}", "tenant-a", c) for i, c in enumerate(convs[1:], 1)]
+    plan += [("other tenant", "tenant-b", convs[-1])]
+    results: dict = {"plan": [p[0] for p in plan], "guards": {}}
+    for name, extra in (("cache", []), ("no cache", ["--count-cache-bytes", "0"])):
+        port, admin = free_port(), free_port()
+        proc = start(f"agent-{name.replace(' ', '-')}", [
+            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT), *extra,
+        ], logs)
+        wait_ready(name, proc, f"http://127.0.0.1:{port}/v1/chat/completions", chat_body("hello"), logs)
+        pids = tree(proc.pid)
+        rows = []
+        conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=600)
+        for label, tenant, msgs in plan:
+            body = agent_body(msgs)
+            before, cpu0 = guard_scrape(admin), cpu_seconds(pids)
+            t0 = time.perf_counter()
+            conn.request("POST", "/v1/chat/completions", body=body, headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {tenant}"})
+            r = conn.getresponse()
+            r.read()
+            wall = time.perf_counter() - t0
+            after, cpu1 = guard_scrape(admin), cpu_seconds(pids)
+            d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            rows.append({
+                "request": label, "status": r.status, "body_bytes": len(body), "wall_s": wall,
+                "count_s": d.get("prefill_guard_count_duration_seconds_sum"),
+                "cpu_s": cpu1 - cpu0,
+                "hits": d.get("prefill_guard_count_cache_hits_total", 0),
+                "misses": d.get("prefill_guard_count_cache_misses_total", 0),
+            })
+            print(f"# agent {name:>8} {label:>12}: {r.status}, count {rows[-1]['count_s']:.3f} s, "
+                  f"CPU {rows[-1]['cpu_s']:.2f} s, hits {rows[-1]['hits']:.0f} misses {rows[-1]['misses']:.0f}",
+                  file=sys.stderr, flush=True)
+        conn.close()
+        results["guards"][name] = rows
+        results.setdefault("cache_bytes", guard_scrape(admin).get("prefill_guard_count_cache_bytes"))
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    results["encode"] = encode_floor(Path(args.encode), tokenizer_json, text_path, 1 if quick else 3)
+    return results
+
+
+def render_agent(a: dict) -> list[str]:
+    enc = a["encode"]["median_s"]
+    L = ["## Agent workload: a long conversation resent with one new turn\n",
+         f"One connection per guard, requests one after another; the conversation grows by one turn per "
+         f"resend. Encode: one single-threaded `tokenizers` encode of the last conversation's text "
+         f"({a['encode']['tokens']:,} tokens): {enc:.3f} s. Count = the guard's own count time "
+         f"(`prefill_guard_count_duration_seconds`, parsing included for bodies this large); CPU = the "
+         f"guard process's CPU-seconds for the request.\n",
+         "| request | body MB | cache: count s | ×encode | CPU s | pieces hit / counted | no cache: count s | ×encode | CPU s |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    on, off = a["guards"]["cache"], a["guards"]["no cache"]
+    for x, y in zip(on, off):
+        L.append(f"| {x['request']} | {x['body_bytes'] / 1e6:.2f} | {x['count_s']:.3f} | {x['count_s'] / enc:.3f} | "
+                 f"{x['cpu_s']:.2f} | {x['hits']:.0f} / {x['misses']:.0f} | {y['count_s']:.3f} | "
+                 f"{y['count_s'] / enc:.3f} | {y['cpu_s']:.2f} |")
+    warm = [x for x in on if x["request"].startswith("warm")]
+    if warm:
+        worst = max(x["count_s"] for x in warm)
+        cold, cold_off = on[0]["count_s"], off[0]["count_s"]
+        other = on[-1]["count_s"]
+        L.append("")
+        L.append(f"- warm resend, worst of {len(warm)}: {worst / enc:.3f}× the encode (target ≤ 0.05×) "
+                 f"{'✅' if worst <= 0.05 * enc else '❌'}")
+        L.append(f"- cold, cache on vs off: {cold:.3f} s vs {cold_off:.3f} s ({cold / cold_off:.2f}×; target: no slower)")
+        L.append(f"- another tenant's resend of the same conversation: {other:.3f} s, {other / cold:.2f}× the cold "
+                 f"request (a miss: it learns nothing from the other tenant's entries)")
+        if a.get("cache_bytes") is not None:
+            L.append(f"- cache held {a['cache_bytes'] / 1024:.0f} KiB after the run")
+    L.append("")
+    return L
 
 
 def targets_met(results: dict) -> list[str]:
@@ -807,6 +941,19 @@ def targets_met(results: dict) -> list[str]:
                 took = (gw["serial"]["p50_us"] - dw["serial"]["p50_us"]) / 1e6
             r = took / floor["median_s"]
             row(label, f"{took:.3f} s vs {floor['median_s']:.3f} s = {r:.2f}×", r <= factor)
+    ag = results.get("agent")
+    if ag:
+        floor = ag["encode"]["median_s"]
+        on, off = ag["guards"]["cache"], ag["guards"]["no cache"]
+        warm = max(x["count_s"] for x in on if x["request"].startswith("warm"))
+        row("agent: a warm resend decided in ≤ 0.05× one encode of its text",
+            f"{warm:.3f} s vs {floor:.3f} s = {warm / floor:.3f}×", warm <= 0.05 * floor)
+        cold, cold_off = on[0]["count_s"], off[0]["count_s"]
+        row("agent: cold no slower than without the cache",
+            f"{cold:.3f} s vs {cold_off:.3f} s = {cold / cold_off:.2f}×", cold <= cold_off * 1.1)
+        row("agent: another tenant's resend is a miss, as slow as a cold one",
+            f"{on[-1]['hits']:.0f} hits, {on[-1]['count_s']:.3f} s vs cold {cold:.3f} s",
+            on[-1]["hits"] == 0 and on[-1]["count_s"] >= 0.5 * cold)
     fl = results.get("flood")
     if fl:
         bound = results.get("flood_rss_bound_mib")
@@ -909,6 +1056,8 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
                      f"{cnt:.3f} | {e2e:.3f} | {added:.3f} | {r1} | {r2} |" if cnt and e2e and added is not None else
                      f"| {name} | {floor['tokens']:,} tok, {floor['median_s']:.3f} s | n/a | n/a | n/a | {r1} | {r2} |")
         L.append("")
+    if results.get("agent"):
+        L.extend(render_agent(results["agent"]))
     fl = results.get("flood")
     if fl:
         L.append(f"## Flood: {fl['clients']} clients at once sending 4 MiB over-limit bodies to the guard\n")

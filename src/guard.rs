@@ -336,7 +336,11 @@ impl Core {
             limit,
         } = self.inspect(d, body)?;
         let sampled = self.sample(&units);
-        let policy = self.policy(&counter, limit, partition);
+        let mut policy = self.policy(&counter, limit, partition);
+        // A body this many times the limit in bytes has a prompt whose byte
+        // bound is over the limit: trying the bound first would only render
+        // its template twice. Which sound method runs is all this decides.
+        policy.exact_only |= body.len() / BOUND_HOPELESS_BYTES_PER_TOKEN >= limit;
         let counts = count_units(&counter, &units, &policy, self.clock)?;
         let verdict = conclude(d, &value, counts, limit, body.len())?;
         self.check_sample(d, counter, sampled);
@@ -428,6 +432,10 @@ fn conclude(
     d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
     Ok(json::canonical(value, body_len))
 }
+
+/// From this many body bytes per token of the limit, a large body is
+/// counted exactly without trying its upper bound first (`decide_here`).
+const BOUND_HOPELESS_BYTES_PER_TOKEN: usize = 2;
 
 /// Bodies up to this size are parsed and bounded on the event loop that
 /// serves their connection (`Guard::check`), larger ones whole on a counting

@@ -449,25 +449,39 @@ pub fn content_cuts(text: &str) -> Vec<usize> {
     let b = text.as_bytes();
     let mut cuts = Vec::new();
     let mut start = 0usize;
-    let mut armed = false;
-    let mut h = 0u64;
-    for i in 0..b.len() {
-        h = (h << 1).wrapping_add(GEAR[b[i] as usize]);
-        if i - start < MIN_PIECE_BYTES {
-            continue;
+    loop {
+        // The hash at `i` depends only on the 64 bytes before it, so
+        // hashing starts 64 bytes before the first position that may cut.
+        let first = start + MIN_PIECE_BYTES;
+        if first >= b.len() {
+            return cuts;
         }
-        armed |= h & ARM_MASK == 0;
-        if armed
-            && b[i] == b' '
-            && b[i - 1].is_ascii_alphabetic()
-            && b.get(i + 1).is_some_and(u8::is_ascii_alphabetic)
-        {
-            cuts.push(i);
-            start = i;
-            armed = false;
+        let mut h = 0u64;
+        for &byte in &b[first.saturating_sub(64)..first] {
+            h = (h << 1).wrapping_add(GEAR[byte as usize]);
+        }
+        let mut armed = None;
+        for (i, &byte) in b.iter().enumerate().skip(first) {
+            h = (h << 1).wrapping_add(GEAR[byte as usize]);
+            if h & ARM_MASK == 0 {
+                armed = Some(i);
+                break;
+            }
+        }
+        // Armed: the cut is the first safe space from here on.
+        let next = armed.and_then(|from| {
+            (from.max(1)..b.len().saturating_sub(1)).find(|&i| {
+                b[i] == b' ' && b[i - 1].is_ascii_alphabetic() && b[i + 1].is_ascii_alphabetic()
+            })
+        });
+        match next {
+            Some(i) => {
+                cuts.push(i);
+                start = i;
+            }
+            None => return cuts,
         }
     }
-    cuts
 }
 
 /// The gear table of the rolling hash: fixed pseudo-random words
