@@ -237,6 +237,29 @@ pub struct RawModel {
     pub sglang_env: Option<BTreeMap<String, String>>,
 }
 
+/// The name a model goes by when the configuration gives none: a Hugging
+/// Face id as it is (SGLang's own default served name), a local directory
+/// by its last component, so that no filesystem path reaches a metric
+/// label, a log line or a client's error message.
+pub fn default_model_name(tokenizer: &str) -> String {
+    let path = std::path::Path::new(tokenizer);
+    let local = path.is_absolute()
+        || tokenizer.starts_with("./")
+        || tokenizer.starts_with("../")
+        || tokenizer.starts_with('~')
+        || path.exists();
+    if !local {
+        return tokenizer.to_string();
+    }
+    path.components()
+        .rev()
+        .find_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "model".to_string())
+}
+
 impl RawModel {
     /// The static observation and environment the server settings make, checked.
     pub fn static_server(&self) -> Result<StaticServer, String> {
@@ -497,7 +520,10 @@ impl RawModel {
             .tokenizer
             .clone()
             .ok_or_else(|| ConfigError(format!("model #{index}: `tokenizer` is required")))?;
-        let name = self.name.clone().unwrap_or_else(|| tokenizer.clone());
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| default_model_name(&tokenizer));
         let base = match (self.max_req_input_len, self.prefill_pool_tokens, self.context_length) {
             (Some(m), _, _) => Some(m),
             (None, Some(p), Some(c)) => Some(max_req_input_len_from(c, p).ok_or_else(|| {
@@ -1036,6 +1062,19 @@ mod tests {
         })
         .unwrap();
         assert_eq!(off.authz, AuthzConfig::default());
+    }
+
+    #[test]
+    fn default_names_are_never_paths() {
+        assert_eq!(default_model_name("/models/qwen3"), "qwen3");
+        assert_eq!(default_model_name("/models/qwen3/"), "qwen3");
+        assert_eq!(default_model_name("./qwen3"), "qwen3");
+        assert_eq!(
+            default_model_name("../shared/tokenizers/qwen2.5"),
+            "qwen2.5"
+        );
+        assert_eq!(default_model_name("Qwen/Qwen3-8B"), "Qwen/Qwen3-8B");
+        assert_eq!(default_model_name("/"), "model");
     }
 
     #[test]

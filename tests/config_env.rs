@@ -104,3 +104,46 @@ async fn a_misspelt_variable_is_refused_naming_it() {
         assert!(stderr.contains(says), "{name}={value}: {stderr}");
     }
 }
+
+/// A model configured by its directory alone is named after the directory,
+/// never the path: metric labels, log lines and client errors carry no
+/// filesystem path.
+#[tokio::test]
+async fn a_model_without_a_name_goes_by_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = start_mock().await;
+    let model = dir.path().join("models").join("qwen-demo");
+    prefill_guard::demo::write_demo_model(&model).unwrap();
+    let config = dir.path().join("prefill-guard.toml");
+    // A worker that never answers: the limit stays unknown, so clients get
+    // the 503 whose message names the model.
+    std::fs::write(
+        &config,
+        format!(
+            "upstream = \"http://{}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             log_format = \"json\"\ntokenizer = {:?}\nprefill_urls = [\"http://127.0.0.1:9\"]\n",
+            mock.addr,
+            model.display().to_string()
+        ),
+    )
+    .unwrap();
+    let guard = spawn_binary_with_env(&config, &[], &[]).await;
+    let listen = guard.serving["listen"].as_str().unwrap().to_string();
+    let admin = guard.serving["admin_listen"].as_str().unwrap().to_string();
+    let http = reqwest::Client::new();
+    let answer = http
+        .post(format!("http://{listen}/generate"))
+        .header("content-type", "application/json")
+        .body(json!({"text": "hello"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 503);
+    let text = answer.text().await.unwrap();
+    let path = dir.path().display().to_string();
+    assert!(text.contains("`qwen-demo`"), "{text}");
+    assert!(!text.contains(&path), "a path reached the client: {text}");
+    let metrics = scrape(&http, &admin).await;
+    assert!(metrics.contains("model=\"qwen-demo\""), "{metrics}");
+    assert!(!metrics.contains(&path), "a path in a metric label");
+}
