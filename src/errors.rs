@@ -258,30 +258,34 @@ fn not_served_message(model: &str, why: &crate::policy::NotServed) -> String {
 
 /// The too-long message in the route's wording; `tokens` is the count as
 /// told ("1234", or "at least 1000" when counting stopped at the limit).
+///
+/// One statement of the limit everywhere a client reads one: `M`, the
+/// `max_req_input_len` that `GET /v1/models` lists as `max_model_len`, with
+/// prompts of `M` tokens or more refused. SGLang's own message names `M`
+/// the same way. Anthropic's shape alone keeps its `N tokens > MAX maximum`
+/// form with `MAX = M - 1`, the largest prompt served: Anthropic clients
+/// parse exactly that form to compact a conversation, and it stays true.
 fn too_long_message(tokens: &str, limit: usize, route: Option<Route>) -> String {
-    // SGLang refuses at `L >= max_req_input_len`, so the largest prompt
-    // that is served is one less; that is the number a client can budget with.
-    let max = limit.saturating_sub(1);
     let shape = route.map_or(ErrorShape::OpenAi, Route::error_shape);
     let param = route.map_or("messages", Route::prompt_param);
     match (shape, param) {
         (ErrorShape::Sglang, _) => format!(
-            "Input length ({tokens} tokens) exceeds the maximum allowed length ({max} tokens). \
+            "Input length ({tokens} tokens) exceeds the maximum allowed length ({limit} tokens). \
                  Use a shorter input."
         ),
-        // Anthropic's own wording, both numbers included.
-        (ErrorShape::Anthropic, _) => {
-            format!("prompt is too long: {tokens} tokens > {max} maximum")
-        }
+        (ErrorShape::Anthropic, _) => format!(
+            "prompt is too long: {tokens} tokens > {} maximum",
+            limit.saturating_sub(1)
+        ),
         (ErrorShape::Ollama, _) => {
-            format!("prompt is too long: {tokens} tokens, the maximum is {max} tokens")
+            format!("prompt is too long: {tokens} tokens; prompts must be under {limit} tokens")
         }
         (ErrorShape::OpenAi, p) if p != "messages" => format!(
-            "This model's maximum context length is {max} tokens. However, your {p} \
+            "This model's maximum context length is {limit} tokens. However, your {p} \
                  resulted in {tokens} tokens. Please reduce the length of the {p}."
         ),
         _ => format!(
-            "This model's maximum context length is {max} tokens. However, your messages \
+            "This model's maximum context length is {limit} tokens. However, your messages \
                  resulted in {tokens} tokens. Please reduce the length of the messages."
         ),
     }
@@ -329,7 +333,7 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "messages");
         let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.contains("maximum context length is 99 tokens"), "{msg}");
+        assert!(msg.contains("maximum context length is 100 tokens"), "{msg}");
         assert!(msg.contains("resulted in 130 tokens"), "{msg}");
     }
 

@@ -33,7 +33,7 @@ async fn each_request_says_how_it_was_decided() {
     assert_eq!(big.status, 400);
     let msg = big.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("at least 50 tokens"), "{msg}");
-    assert!(msg.contains("maximum allowed length (49 tokens)"), "{msg}");
+    assert!(msg.contains("maximum allowed length (50 tokens)"), "{msg}");
     // 40 words: over the bound (239 bytes) but under the limit: counted to the end.
     let mid = g.post("/generate", &json!({"text": words(40)})).await;
     assert_eq!(mid.status, 200);

@@ -123,7 +123,7 @@ async fn exact_boundary_on_completions_ids() {
     assert!(e["message"]
         .as_str()
         .unwrap()
-        .contains(&format!("maximum context length is {} tokens", LIMIT - 1)));
+        .contains(&format!("maximum context length is {LIMIT} tokens")));
     assert_eq!(over.headers["content-type"], "application/json");
     assert_eq!(g.mock.state.count(), 1);
 }

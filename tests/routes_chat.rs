@@ -103,7 +103,7 @@ async fn responses_refused_at_limit_in_openai_shape() {
     assert_eq!(e["param"], "input");
     let msg = e["message"].as_str().unwrap();
     assert!(
-        msg.contains(&format!("maximum context length is {} tokens", LIMIT - 1)),
+        msg.contains(&format!("maximum context length is {LIMIT} tokens")),
         "{msg}"
     );
     assert!(
