@@ -210,6 +210,10 @@ pub struct ServeArgs {
         value_name = "PARTITION"
     )]
     pub count_cache_partition: Option<String>,
+    /// When the pod is ready: `all_models` (default: a model that cannot be
+    /// judged, one no worker serves say, holds the pod unready) or `any_model`.
+    #[arg(long, env = "PREFILL_GUARD_READINESS", value_enum)]
+    pub readiness: Option<crate::config::Readiness>,
     #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Seconds in-flight requests get to finish after SIGTERM.
@@ -374,6 +378,7 @@ impl ServeArgs {
             exact_counting: self.exact_counting,
             count_cache_bytes: self.count_cache_bytes,
             count_cache_partition: self.count_cache_partition.clone(),
+            readiness: self.readiness,
             log_format: self.log_format,
             shutdown_grace_secs: self.shutdown_grace_secs,
             safety_margin_tokens: self.safety_margin_tokens,

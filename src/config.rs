@@ -57,6 +57,8 @@ pub struct Config {
     pub count_cache_bytes: usize,
     /// Which requests may reuse each other's remembered counts.
     pub count_cache_partition: Partitioning,
+    /// Whether one model that cannot be judged holds the pod unready.
+    pub readiness: Readiness,
     pub log_format: LogFormat,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
@@ -137,6 +139,20 @@ pub enum LogFormat {
     Json,
 }
 
+/// When the pod reports ready (`/readyz`, gRPC health `readiness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+#[clap(rename_all = "snake_case")]
+pub enum Readiness {
+    /// Every configured model is counted and judged: a model no worker
+    /// serves holds the whole pod back (a misconfiguration to fix first).
+    #[default]
+    AllModels,
+    /// At least one model is: a pod serving several models keeps taking
+    /// traffic for those it can judge while another is missing.
+    AnyModel,
+}
+
 /// The TOML file, and the overlay built from variables and flags. Every field is
 /// optional so layers can be merged; `Config::resolve` applies defaults and checks.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -171,6 +187,8 @@ pub struct RawConfig {
     pub count_cache_bytes: Option<usize>,
     /// `authorization` (default), `header:NAME` or `none`.
     pub count_cache_partition: Option<String>,
+    /// `all_models` (default) or `any_model`.
+    pub readiness: Option<Readiness>,
     pub log_format: Option<LogFormat>,
     pub shutdown_grace_secs: Option<u64>,
     /// Applies to every model that does not set its own.
@@ -431,6 +449,7 @@ impl RawConfig {
             exact_counting: over.exact_counting.or(self.exact_counting),
             count_cache_bytes: over.count_cache_bytes.or(self.count_cache_bytes),
             count_cache_partition: over.count_cache_partition.or(self.count_cache_partition),
+            readiness: over.readiness.or(self.readiness),
             log_format: over.log_format.or(self.log_format),
             shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
             safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
@@ -779,6 +798,7 @@ impl Config {
                     .map_err(|e: String| ConfigError(format!("count_cache_partition: {e}")))?,
                 None => Partitioning::default(),
             },
+            readiness: raw.readiness.unwrap_or_default(),
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             prefill_urls,

@@ -333,7 +333,10 @@ mod tests {
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert_eq!(v["error"]["param"], "messages");
         let msg = v["error"]["message"].as_str().unwrap();
-        assert!(msg.contains("maximum context length is 100 tokens"), "{msg}");
+        assert!(
+            msg.contains("maximum context length is 100 tokens"),
+            "{msg}"
+        );
         assert!(msg.contains("resulted in 130 tokens"), "{msg}");
     }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
+use crate::config::Readiness;
 use crate::count::cache::{CacheScope, CountCache, Partition, Partitioning};
 use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit};
 use crate::errors::Reason;
@@ -65,6 +66,8 @@ struct Core {
     cache: Option<Arc<CountCache>>,
     /// Which requests may reuse each other's remembered counts.
     partitioning: Partitioning,
+    /// Whether one model that cannot be judged holds the pod unready.
+    readiness: Readiness,
 }
 
 /// A parsed request, with the counter and limit of its model's profile.
@@ -93,6 +96,7 @@ impl Guard {
                 sampler: None,
                 cache: None,
                 partitioning: Partitioning::default(),
+                readiness: Readiness::default(),
             },
             pool: CountPool::new(workers, queue),
         }
@@ -156,7 +160,24 @@ impl Guard {
         self.core.models.iter().map(String::as_str)
     }
 
-    /// The served models that cannot serve now, with why (readiness).
+    /// Whether one model that cannot be judged holds the pod unready.
+    pub fn with_readiness(mut self, readiness: Readiness) -> Self {
+        self.core.readiness = readiness;
+        self
+    }
+
+    /// Whether the pod takes traffic, under the readiness policy, and the
+    /// models that cannot serve now (listed either way).
+    pub fn readiness(&self) -> (bool, Vec<(String, String)>) {
+        let missing = self.not_ready();
+        let ready = match self.core.readiness {
+            Readiness::AllModels => missing.is_empty(),
+            Readiness::AnyModel => missing.len() < self.core.models.len(),
+        };
+        (ready, missing)
+    }
+
+    /// The served models that cannot serve now, with why.
     pub fn not_ready(&self) -> Vec<(String, String)> {
         let ready = self.core.profiles.not_ready();
         self.core

@@ -386,6 +386,15 @@ fn render_count_cache(out: &mut String, c: &CacheCounters) {
 fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
     header(
         out,
+        "prefill_guard_models_unserved",
+        "Configured models that no prefill worker serves (every worker answered and none lists \
+         the name): their requests get 503. See model_ready and the log line naming the model.",
+        "gauge",
+    );
+    let unserved = profiles.iter().filter(|(_, p)| p.unserved).count();
+    let _ = writeln!(out, "prefill_guard_models_unserved {unserved}");
+    header(
+        out,
         "prefill_guard_model_ready",
         "1 when the model's requests are counted and judged; 0 while its limit is unknown \
          or its server configuration cannot be counted exactly (see server_config_mismatch).",

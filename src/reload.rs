@@ -314,6 +314,7 @@ async fn build(
         Clock::Local,
     )
     .with_exact_counting(config.exact_counting)
+    .with_readiness(config.readiness)
     .with_count_cache(
         (config.count_cache_bytes > 0).then(|| {
             Arc::new(CountCache::new(

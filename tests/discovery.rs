@@ -433,3 +433,63 @@ async fn a_flapping_or_garbled_worker_never_moves_the_limit() {
     }
     boundary_is(&live, 10).await;
 }
+
+/// A configured model that no worker serves (every worker answered, none
+/// lists its name) is said so: a log line, `prefill_guard_models_unserved`,
+/// and `/readyz` naming it. Under `readiness = "all_models"` (the default)
+/// it holds the pod unready; under `any_model` the pod serves the others.
+#[tokio::test]
+async fn a_model_no_worker_serves_is_named_and_counted() {
+    let worker = InfoMock::start(prefill_worker(100)).await;
+    let ghost = tempfile::tempdir().unwrap();
+    prefill_guard::demo::write_demo_model(ghost.path()).unwrap();
+    let ghost_model = format!(
+        "[[models]]\nname = \"ghost\"\ntokenizer = {:?}\n",
+        ghost.path().display().to_string()
+    );
+    for (policy, ready_status) in [("all_models", 503), ("any_model", 200)] {
+        let live = start_live(&format!(
+            "{}readiness = \"{policy}\"\n{ghost_model}",
+            workers(&[&worker])
+        ))
+        .await;
+        limit_becomes(&live, 100).await;
+        let metrics = || async { live.g.metrics().await };
+        eventually("ghost counted as unserved", || async {
+            sample(&metrics().await, "prefill_guard_models_unserved") == 1.0
+        })
+        .await;
+        let readyz = live
+            .g
+            .http
+            .get(format!("http://{}/readyz", live.g.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(readyz.status().as_u16(), ready_status, "{policy}");
+        let body = readyz.text().await.unwrap();
+        assert!(
+            body.contains("ghost: no prefill worker serves this name"),
+            "{policy}: {body}"
+        );
+        assert!(!body.contains(&format!("{MODEL}:")), "{body}");
+        // The served model keeps working; the unserved one is refused.
+        let served = live
+            .g
+            .post("/generate", &json!({"model": MODEL, "input_ids": ids(5)}))
+            .await;
+        assert_eq!(served.status, 200);
+        let unserved = live
+            .g
+            .post("/generate", &json!({"model": "ghost", "input_ids": ids(5)}))
+            .await;
+        assert_eq!(unserved.status, 503);
+        // Once a worker serves it, it is no longer counted.
+        worker.set(|a| a.server_info["served_model_name"] = json!([MODEL, "ghost"]));
+        eventually("ghost served", || async {
+            sample(&metrics().await, "prefill_guard_models_unserved") == 0.0
+        })
+        .await;
+        worker.set(|a| a.server_info["served_model_name"] = json!(MODEL));
+    }
+}

@@ -349,7 +349,24 @@ impl Discovery {
             let counter = self.counter_for(index, model, settings.clone());
             let current = self.profiles.get(&model.name);
             let old = in_force.map_or(current.clone(), |p| p.get(&model.name));
-            let profile = Profile::new(limit, counter, settings.unwrap_or_default());
+            let unserved = !single && all_answered && serving.is_empty();
+            let was_unserved = old.as_ref().is_some_and(|p| p.unserved);
+            if unserved && !was_unserved {
+                let served: std::collections::BTreeSet<&str> = infos
+                    .iter()
+                    .filter_map(|(_, i)| i.as_ref())
+                    .flat_map(|i| i.served.iter().map(String::as_str))
+                    .collect();
+                tracing::warn!(
+                    model = %model.name,
+                    workers_serve = %served.into_iter().collect::<Vec<_>>().join(","),
+                    "model not served by any prefill worker: its requests get 503 until one serves it"
+                );
+            } else if was_unserved && !unserved {
+                tracing::info!(model = %model.name, "model served by a prefill worker again");
+            }
+            let profile =
+                Profile::new(limit, counter, settings.unwrap_or_default()).unserved(unserved);
             log_profile_change(&model.name, old.as_deref(), &profile);
             let old_limit = old.as_ref().and_then(|p| p.limit);
             if old_limit != limit && limit.is_some() {
@@ -366,6 +383,7 @@ impl Discovery {
             }
             let unchanged = current.as_ref().is_some_and(|c| {
                 c.limit == profile.limit
+                    && c.unserved == profile.unserved
                     && c.settings == profile.settings
                     && same_counter(&c.counter, &profile.counter)
             });

@@ -155,6 +155,9 @@ pub struct Profile {
     /// The settings the configuration was resolved from (only those that
     /// differ from SGLang's defaults).
     pub settings: Observed,
+    /// Every prefill worker answered and none lists this model among its
+    /// served names (a misspelt `name`, or a worker not yet configured).
+    pub unserved: bool,
 }
 
 impl Profile {
@@ -167,13 +170,24 @@ impl Profile {
             limit,
             counter,
             settings,
+            unserved: false,
         }
+    }
+
+    /// Marks the model as served by no prefill worker.
+    pub fn unserved(mut self, unserved: bool) -> Self {
+        self.unserved = unserved;
+        self
     }
 
     /// Why the model cannot serve now, if it cannot.
     pub fn not_ready(&self) -> Option<String> {
         match (&self.counter, self.limit) {
             (Err(e), _) => Some(format!("{}: {e}", e.kind())),
+            (Ok(_), None) if self.unserved => Some(
+                "no prefill worker serves this name (compare `name` with the workers' served names)"
+                    .into(),
+            ),
             (Ok(_), None) => Some("no prompt limit known".into()),
             (Ok(_), Some(_)) => None,
         }

@@ -42,22 +42,26 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
     }
 }
 
-/// Ready once every served model can be counted and judged: a known
-/// limit and a server configuration the guard models. Before that its
-/// requests would all be refused with 503.
+/// Ready once every served model (or, with `readiness = "any_model"`, one)
+/// can be counted and judged: a known limit and a server configuration the
+/// guard models. Before that its requests would all be refused with 503.
+/// The body names each model that holds the pod back, or would.
 fn readiness(app: &App) -> Response<Full<Bytes>> {
-    let missing = app.guard.not_ready();
-    if missing.is_empty() {
-        text(StatusCode::OK, "ready\n".into())
-    } else {
-        let why: Vec<String> = missing
-            .iter()
-            .map(|(m, why)| format!("{m}: {why}"))
-            .collect();
-        text(
+    let (ready, missing) = app.guard.readiness();
+    let why: Vec<String> = missing
+        .iter()
+        .map(|(m, why)| format!("{m}: {why}"))
+        .collect();
+    match (ready, why.is_empty()) {
+        (true, true) => text(StatusCode::OK, "ready\n".into()),
+        (true, false) => text(
+            StatusCode::OK,
+            format!("ready; not serving: {}\n", why.join("; ")),
+        ),
+        (false, _) => text(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {}\n", why.join("; ")),
-        )
+        ),
     }
 }
 

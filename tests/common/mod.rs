@@ -351,6 +351,7 @@ pub async fn start(opts: Options) -> Guarded {
         exact_counting: false,
         count_cache_bytes: prefill_guard::config::DEFAULT_COUNT_CACHE_BYTES,
         count_cache_partition: Default::default(),
+        readiness: Default::default(),
         log_format: LogFormat::Human,
         shutdown_grace: opts.shutdown_grace,
         prefill_urls: Vec::new(),

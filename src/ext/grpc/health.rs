@@ -41,7 +41,7 @@ pub async fn track_readiness(reporter: HealthReporter, apps: Arc<Apps>) {
     let mut last = None;
     loop {
         let app = apps.load();
-        let ready = app.guard.not_ready().is_empty();
+        let (ready, _) = app.guard.readiness();
         if last != Some(ready) {
             let status = if ready {
                 ServingStatus::Serving
