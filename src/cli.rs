@@ -428,9 +428,10 @@ pub struct CountArgs {
     pub tokenizer: String,
     #[arg(long, default_value = "main")]
     pub revision: String,
-    /// The route the bodies are sent to.
-    #[arg(long, default_value = "/v1/chat/completions")]
-    pub route: String,
+    /// The route the bodies are sent to. Default: from each body (`messages`:
+    /// chat completions, `prompt`: completions, else `/generate`).
+    #[arg(long)]
+    pub route: Option<String>,
     /// Pins `strftime_now` (YYYY-MM-DD, or YYYY-MM-DDTHH:MM:SS) for reproducible counts.
     #[arg(long)]
     pub date: Option<String>,
@@ -450,7 +451,7 @@ pub struct CountArgs {
     pub server_info_url: Option<String>,
     #[command(flatten)]
     pub server: ServerFlags,
-    /// Request bodies (JSON files).
+    /// Request bodies (JSON files); `-` reads one from standard input.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
 }
@@ -571,10 +572,17 @@ fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {
 /// `prefill-guard count`: one JSON line per file, in order. Returns whether
 /// every file was counted (the exit status is 1 otherwise).
 pub async fn count(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<bool> {
-    let route_path = inspect::path::canonical_path(&args.route.parse()?)
-        .map_err(|e| anyhow::anyhow!("--route {}: {e}", args.route))?;
-    let route = Route::from_path(&route_path)
-        .ok_or_else(|| anyhow::anyhow!("--route {route_path}: not a route the guard counts"))?;
+    let forced =
+        match &args.route {
+            Some(text) => {
+                let path = inspect::path::canonical_path(&text.parse()?)
+                    .map_err(|e| anyhow::anyhow!("--route {text}: {e}"))?;
+                Some(Route::from_path(&path).ok_or_else(|| {
+                    anyhow::anyhow!("--route {path}: not a route the guard counts")
+                })?)
+            }
+            None => None,
+        };
     let clock = match &args.date {
         Some(d) => Clock::Fixed(parse_date(d)?),
         None => Clock::Local,
@@ -586,41 +594,56 @@ pub async fn count(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<boo
             model: args.tokenizer.clone(),
             why,
         });
-        let line =
-            match counted.and_then(|c| count_file(&c, route, file, clock, args.print_rendered)) {
-                Ok(v) => v,
-                Err(reason) => {
-                    all_ok = false;
-                    let mut error = json!({
-                        "file": file.display().to_string(),
-                        "code": reason.label(),
-                        "status": reason.status().as_u16(),
-                        "message": reason.message(Some(route)),
-                    });
-                    // The operator's own tool: say exactly which setting and why.
-                    if let Reason::NotServed { why, .. } = &reason {
-                        error["detail"] = Value::String(why.to_string());
-                    }
-                    json!({ "error": error })
+        let name = file.display().to_string();
+        let mut route = forced;
+        let line = match counted
+            .and_then(|c| count_file(&c, forced, &mut route, file, clock, args.print_rendered))
+        {
+            Ok(mut v) => {
+                v["file"] = Value::String(name);
+                v
+            }
+            Err(reason) => {
+                all_ok = false;
+                let mut error = json!({
+                    "code": reason.label(),
+                    "status": reason.status().as_u16(),
+                    "message": reason.message(route),
+                });
+                // The operator's own tool: say exactly which setting and why.
+                if let Reason::NotServed { why, .. } = &reason {
+                    error["detail"] = Value::String(why.to_string());
                 }
-            };
+                json!({ "file": name, "error": error })
+            }
+        };
         writeln!(out, "{line}")?;
     }
     Ok(all_ok)
 }
 
+/// One file's line. `route` is set to the route counted (the forced one,
+/// else the one the body's fields say) once the body is read.
 fn count_file(
     counter: &ModelCounter,
-    route: Route,
+    forced: Option<Route>,
+    route: &mut Option<Route>,
     file: &Path,
     clock: Clock,
     rendered: bool,
 ) -> Result<Value, Reason> {
-    let body = std::fs::read(file).map_err(|e| Reason::InvalidRequest {
+    let read = if file.as_os_str() == "-" {
+        let mut body = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut body).map(|_| body)
+    } else {
+        std::fs::read(file)
+    };
+    let body = read.map_err(|e| Reason::InvalidRequest {
         message: format!("cannot read {}: {e}", file.display()),
         param: None,
     })?;
     let value = Arc::new(strict_json::parse_strict(&body)?);
+    let route = *route.insert(forced.unwrap_or_else(|| Route::detect(&value)));
     if rendered {
         if route != Route::ChatCompletions {
             return Err(Reason::InvalidRequest {

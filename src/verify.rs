@@ -185,17 +185,6 @@ fn parse_route(text: &str) -> anyhow::Result<Route> {
         .ok_or_else(|| anyhow::anyhow!("--route {path}: not a route the guard counts"))
 }
 
-/// The route a body is for, from its fields.
-fn detect_route(body: &Value) -> Route {
-    if body.get("messages").is_some() {
-        Route::ChatCompletions
-    } else if body.get("prompt").is_some() {
-        Route::Completions
-    } else {
-        Route::Generate
-    }
-}
-
 async fn verify_file(
     api: &Api,
     upstream: &str,
@@ -221,7 +210,7 @@ async fn verify_file(
         Ok(v) => Arc::new(v),
         Err(r) => return vec![error_row(forced_route, describe(&r))],
     };
-    let route = forced_route.unwrap_or_else(|| detect_route(&value));
+    let route = forced_route.unwrap_or_else(|| Route::detect(&value));
     let request = match inspect::extract(route, value.clone()) {
         Ok(r) => r,
         Err(r) => return vec![error_row(Some(route), describe(&r))],
@@ -534,11 +523,11 @@ mod tests {
     #[test]
     fn routes_from_bodies() {
         assert_eq!(
-            detect_route(&json!({"messages": []})),
+            Route::detect(&json!({"messages": []})),
             Route::ChatCompletions
         );
-        assert_eq!(detect_route(&json!({"prompt": "x"})), Route::Completions);
-        assert_eq!(detect_route(&json!({"text": "x"})), Route::Generate);
+        assert_eq!(Route::detect(&json!({"prompt": "x"})), Route::Completions);
+        assert_eq!(Route::detect(&json!({"text": "x"})), Route::Generate);
         assert_eq!(parse_route("/v1/completions").unwrap(), Route::Completions);
         assert!(parse_route("/not/a/route").is_err());
     }

@@ -50,7 +50,10 @@ fn counts_each_file_in_order_with_batches_and_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
     // <|im_start|> user hello world <|im_end|> <|im_start|> assistant: whitespace is not a token.
-    assert_eq!(lines(&out), vec![json!({"tokens": 7})]);
+    assert_eq!(
+        lines(&out),
+        vec![json!({"file": chat.display().to_string(), "tokens": 7})]
+    );
 
     let one = write(
         tmp.path(),
@@ -76,14 +79,16 @@ fn counts_each_file_in_order_with_batches_and_errors() {
         "a refused file makes the exit status 1"
     );
     let got = lines(&out);
-    assert_eq!(got[0], json!({"tokens": 3}));
-    assert_eq!(got[1], json!({"tokens": [1, 2]}));
+    let file = |p: &PathBuf| p.display().to_string();
+    assert_eq!(got[0], json!({"file": file(&one), "tokens": 3}));
+    assert_eq!(got[1], json!({"file": file(&batch), "tokens": [1, 2]}));
+    assert_eq!(got[2]["file"], file(&bad));
     assert_eq!(got[2]["error"]["code"], "invalid_request");
     assert!(got[2]["error"]["message"]
         .as_str()
         .unwrap()
         .contains("Prompt cannot be empty"));
-    assert_eq!(got[3], json!({"tokens": [3, 1]}));
+    assert_eq!(got[3], json!({"file": file(&ids), "tokens": [3, 1]}));
 
     let dup = tmp.path().join("dup.json");
     std::fs::write(&dup, br#"{"text":"a","text":"b"}"#).unwrap();
@@ -121,7 +126,10 @@ fn print_rendered_shows_the_prompt_after_preprocessing() {
     // SGLang joins text parts with one space for string-format templates.
     assert_eq!(
         lines(&out),
-        vec![json!({"rendered": "<|im_start|>user\na b<|im_end|>\n<|im_start|>assistant\n"})]
+        vec![json!({
+            "file": chat.display().to_string(),
+            "rendered": "<|im_start|>user\na b<|im_end|>\n<|im_start|>assistant\n"
+        })]
     );
 }
 
@@ -143,4 +151,55 @@ fn bad_arguments_are_explained() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a route the guard counts"));
+}
+
+/// Without `--route`, each body is counted for the route its fields say
+/// (`messages`: chat, `prompt`: completions, else `/generate`); `-` reads a
+/// body from standard input; every line names its file.
+#[test]
+fn routes_come_from_the_bodies_and_dash_is_stdin() {
+    use std::io::Write as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    prefill_guard::demo::write_demo_model(&model).unwrap();
+    let chat = write(
+        tmp.path(),
+        "chat.json",
+        &json!({"messages": [{"role": "user", "content": "hello world"}]}),
+    );
+    let completion = write(
+        tmp.path(),
+        "completion.json",
+        &json!({"prompt": "hello world"}),
+    );
+    let mut child = bin()
+        .args(["count", "--tokenizer"])
+        .arg(&model)
+        .arg(&chat)
+        .arg(&completion)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"text": "hello hello hello"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let got = lines(&out);
+    // The chat template adds its specials; the completion and /generate
+    // texts are their words.
+    assert_eq!(
+        got[0],
+        json!({"file": chat.display().to_string(), "tokens": 7})
+    );
+    assert_eq!(
+        got[1],
+        json!({"file": completion.display().to_string(), "tokens": 2})
+    );
+    assert_eq!(got[2], json!({"file": "-", "tokens": 3}));
 }

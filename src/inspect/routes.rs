@@ -192,6 +192,19 @@ impl Route {
         self.entry().2.contains(&method.as_str())
     }
 
+    /// The route a saved body was most likely sent to, from its fields, for
+    /// the offline commands (`count`, `verify`) when no `--route` is given:
+    /// `messages` is a chat, `prompt` a completion, anything else `/generate`.
+    pub fn detect(body: &serde_json::Value) -> Route {
+        if body.get("messages").is_some() {
+            Route::ChatCompletions
+        } else if body.get("prompt").is_some() {
+            Route::Completions
+        } else {
+            Route::Generate
+        }
+    }
+
     pub fn from_path(path: &str) -> Option<Route> {
         ROUTES.iter().find(|e| e.1 == path).map(|e| e.0)
     }
