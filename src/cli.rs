@@ -755,6 +755,9 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     sighup.abort();
     runtime.stop().await;
     served?;
+    // The last line: an operator reading the log knows the drain finished
+    // and the exit was clean (status 0), not a kill mid-drain.
+    tracing::info!("prefill-guard stopped: drained, exiting");
     Ok(())
 }
 

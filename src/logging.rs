@@ -262,9 +262,12 @@ pub struct DecisionLine<'a> {
 }
 
 /// Writes the decision line at INFO under the target `prefill_guard::decision`.
+/// A root event: it carries the request id itself, so the human format does
+/// not print it a second time as the request span's prefix.
 pub fn decision(line: &DecisionLine<'_>) {
     tracing::info!(
         target: "prefill_guard::decision",
+        parent: None,
         request_id = line.request_id,
         mode = line.mode,
         method = line.method,
@@ -278,7 +281,7 @@ pub fn decision(line: &DecisionLine<'_>) {
         status = line.status,
         upstream_status = line.upstream_status,
         latency_ms = line.latency.as_micros() as f64 / 1000.0,
-        "decision"
+        "request decided"
     );
 }
 

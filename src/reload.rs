@@ -120,7 +120,14 @@ impl Runtime {
                 let app = self.apps.load();
                 tracing::info!(
                     took_ms = started.elapsed().as_millis() as u64,
-                    limits = ?app.guard.profiles().limits(),
+                    limits = %app
+                        .guard
+                        .profiles()
+                        .limits()
+                        .iter()
+                        .map(|(model, limit)| format!("{model}={limit}"))
+                        .collect::<Vec<_>>()
+                        .join(","),
                     "configuration reloaded"
                 );
                 Ok(())

@@ -113,6 +113,15 @@ async fn prompts_never_reach_the_logs() {
         human_sent,
         "{human}"
     );
+    // One line per decision, the request id once, no Rust debug forms.
+    for line in human
+        .lines()
+        .filter(|l| l.contains("prefill_guard::decision"))
+    {
+        assert_eq!(line.matches("request_id=").count(), 1, "{line}");
+        assert!(line.contains("request decided"), "{line}");
+        assert!(!line.contains("Some("), "{line}");
+    }
     let decisions: Vec<serde_json::Value> = global
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())

@@ -271,7 +271,7 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
                 .await
                 .unwrap()
                 .expect("the guard still runs");
-            if line.contains("\"message\":\"decision\"") {
+            if line.contains("\"message\":\"request decided\"") {
                 n += 1;
             }
         }

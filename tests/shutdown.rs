@@ -295,6 +295,11 @@ async fn sigterm_drains_in_flight_requests_and_a_long_stream_then_exits_within_t
         messages.iter().any(|m| m.starts_with("shutting down")),
         "{messages:?}"
     );
+    assert_eq!(
+        messages.last().map(String::as_str),
+        Some("prefill-guard stopped: drained, exiting"),
+        "the last line says the drain finished"
+    );
     assert!(
         !messages.iter().any(|m| m.contains("grace expired")),
         "{messages:?}"

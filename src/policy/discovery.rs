@@ -462,20 +462,20 @@ fn log_new_value(url: &str, old: Option<&WorkerInfo>, new: &WorkerInfo) {
             worker = %url,
             from,
             max_req_input_len = new.max_req_input_len,
-            max_model_len = ?new.max_model_len,
-            max_total_num_tokens = ?new.max_total_num_tokens,
-            served = ?new.served,
-            version = ?new.version,
+            max_model_len = new.max_model_len,
+            max_total_num_tokens = new.max_total_num_tokens,
+            served = %new.served.join(","),
+            version = new.version.as_deref(),
             "prefill worker limit discovered"
         ),
         LimitSource::Fallback => tracing::warn!(
             worker = %url,
             from,
             max_req_input_len = new.max_req_input_len,
-            max_model_len = ?new.max_model_len,
-            max_total_num_tokens = ?new.max_total_num_tokens,
-            served = ?new.served,
-            version = ?new.version,
+            max_model_len = new.max_model_len,
+            max_total_num_tokens = new.max_total_num_tokens,
+            served = %new.served.join(","),
+            version = new.version.as_deref(),
             "prefill worker limit discovered by the fallback min(C, max_total_num_tokens) - 6: \
              its /server_info has no max_req_input_len (the pool size can overstate SWA and sharded pools)"
         ),
