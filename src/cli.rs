@@ -73,7 +73,8 @@ impl Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the guard as a reverse proxy in front of SGLang or its router.
+    /// Run the guard as a reverse proxy in front of SGLang or its router (exit 0 after a
+    /// drain, 64 on an invalid configuration, 1 on a failure, 2 on a usage error).
     Serve(Box<ServeArgs>),
     /// Count request bodies offline, one JSON line per file.
     Count(Box<CountArgs>),
