@@ -413,8 +413,26 @@ impl RawConfig {
         toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
     }
 
-    /// `over` wins wherever it sets a value.
+    /// `over` wins wherever it sets a value, one key at a time: a flag
+    /// never drops a table. Model flags (`--tokenizer`, `--max-req-input-len`,
+    /// ...) set those keys of the file's one model, whether the file writes
+    /// it at the top level or as a single `[[models]]` entry; with several
+    /// `[[models]]` they describe one more model (which then needs a `name`).
     pub fn merge(self, over: RawConfig) -> RawConfig {
+        let (model, models) = match (self.models.len(), self.model.is_empty()) {
+            (1, true) if !over.model.is_empty() && over.models.is_empty() => {
+                let only = self.models.into_iter().next().expect("one model");
+                (RawModel::default(), vec![only.overlay(over.model)])
+            }
+            _ => (
+                self.model.overlay(over.model),
+                if over.models.is_empty() {
+                    self.models
+                } else {
+                    over.models
+                },
+            ),
+        };
         RawConfig {
             listen: over.listen.or(self.listen),
             admin_listen: over.admin_listen.or(self.admin_listen),
@@ -462,67 +480,48 @@ impl RawConfig {
             authz_path_prefix: over.authz_path_prefix.or(self.authz_path_prefix),
             authz_style: over.authz_style.or(self.authz_style),
             verify_sample_rate: over.verify_sample_rate.or(self.verify_sample_rate),
-            model: RawModel {
-                name: over.model.name.or(self.model.name),
-                tokenizer: over.model.tokenizer.or(self.model.tokenizer),
-                revision: over.model.revision.or(self.model.revision),
-                max_req_input_len: over
-                    .model
-                    .max_req_input_len
-                    .or(self.model.max_req_input_len),
-                prefill_pool_tokens: over
-                    .model
-                    .prefill_pool_tokens
-                    .or(self.model.prefill_pool_tokens),
-                context_length: over.model.context_length.or(self.model.context_length),
-                safety_margin_tokens: over
-                    .model
-                    .safety_margin_tokens
-                    .or(self.model.safety_margin_tokens),
-                multimodal_image_tokens: over
-                    .model
-                    .multimodal_image_tokens
-                    .or(self.model.multimodal_image_tokens),
-                multimodal_video_tokens: over
-                    .model
-                    .multimodal_video_tokens
-                    .or(self.model.multimodal_video_tokens),
-                multimodal_audio_tokens: over
-                    .model
-                    .multimodal_audio_tokens
-                    .or(self.model.multimodal_audio_tokens),
-                default_chat_template_kwargs: over
-                    .model
-                    .default_chat_template_kwargs
-                    .or(self.model.default_chat_template_kwargs),
-                tool_call_parser: over.model.tool_call_parser.or(self.model.tool_call_parser),
-                reasoning_parser: over.model.reasoning_parser.or(self.model.reasoning_parser),
-                chat_template: over.model.chat_template.or(self.model.chat_template),
-                hf_chat_template_name: over
-                    .model
-                    .hf_chat_template_name
-                    .or(self.model.hf_chat_template_name),
-                completion_template: over
-                    .model
-                    .completion_template
-                    .or(self.model.completion_template),
-                trust_request_chat_template: over
-                    .model
-                    .trust_request_chat_template
-                    .or(self.model.trust_request_chat_template),
-                tokenizer_path: over.model.tokenizer_path.or(self.model.tokenizer_path),
-                sglang_env: over.model.sglang_env.or(self.model.sglang_env),
-            },
-            models: if over.models.is_empty() {
-                self.models
-            } else {
-                over.models
-            },
+            model,
+            models,
         }
     }
 }
 
 impl RawModel {
+    /// `over`'s keys where it sets them, else this model's: one key at a time.
+    fn overlay(self, over: RawModel) -> RawModel {
+        RawModel {
+            name: over.name.or(self.name),
+            tokenizer: over.tokenizer.or(self.tokenizer),
+            revision: over.revision.or(self.revision),
+            max_req_input_len: over.max_req_input_len.or(self.max_req_input_len),
+            prefill_pool_tokens: over.prefill_pool_tokens.or(self.prefill_pool_tokens),
+            context_length: over.context_length.or(self.context_length),
+            safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
+            multimodal_image_tokens: over
+                .multimodal_image_tokens
+                .or(self.multimodal_image_tokens),
+            multimodal_video_tokens: over
+                .multimodal_video_tokens
+                .or(self.multimodal_video_tokens),
+            multimodal_audio_tokens: over
+                .multimodal_audio_tokens
+                .or(self.multimodal_audio_tokens),
+            default_chat_template_kwargs: over
+                .default_chat_template_kwargs
+                .or(self.default_chat_template_kwargs),
+            tool_call_parser: over.tool_call_parser.or(self.tool_call_parser),
+            reasoning_parser: over.reasoning_parser.or(self.reasoning_parser),
+            chat_template: over.chat_template.or(self.chat_template),
+            hf_chat_template_name: over.hf_chat_template_name.or(self.hf_chat_template_name),
+            completion_template: over.completion_template.or(self.completion_template),
+            trust_request_chat_template: over
+                .trust_request_chat_template
+                .or(self.trust_request_chat_template),
+            tokenizer_path: over.tokenizer_path.or(self.tokenizer_path),
+            sglang_env: over.sglang_env.or(self.sglang_env),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self == &RawModel::default()
     }

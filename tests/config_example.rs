@@ -69,3 +69,26 @@ fn readme_lists_every_server_setting() {
         );
     }
 }
+
+/// A flag overrides one key of the file's model, never the whole table:
+/// `serve --config config/prefill-guard.toml --tokenizer DIR` keeps the
+/// file's name, limit and settings and counts with DIR.
+#[test]
+fn a_model_flag_overrides_one_key_of_the_files_model() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/prefill-guard.toml");
+    let mut overlay = RawConfig::default();
+    overlay.model.tokenizer = Some("/elsewhere/glm".into());
+    let cfg = Config::load(Some(&path), overlay).unwrap();
+    assert_eq!(cfg.models.len(), 1);
+    let model = &cfg.models[0];
+    assert_eq!(model.tokenizer, "/elsewhere/glm");
+    assert_eq!(model.name, "GLM-4.6", "the file's name is kept");
+    assert_eq!(model.max_req_input_len, Some(681_274), "the file's limit is kept");
+
+    let mut overlay = RawConfig::default();
+    overlay.model.max_req_input_len = Some(1000);
+    let cfg = Config::load(Some(&path), overlay).unwrap();
+    assert_eq!(cfg.models.len(), 1);
+    assert_eq!(cfg.models[0].tokenizer, "/models/GLM-4.6");
+    assert_eq!(cfg.models[0].max_req_input_len, Some(1000));
+}
