@@ -144,8 +144,10 @@ pub struct ServeArgs {
     /// Largest request body; larger ones get 413 (default 32MiB; units: KiB, MiB, GiB, kB, MB, GB).
     #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
     pub max_body_bytes: Option<usize>,
+    /// Longest wait to connect to the upstream, then 502 (default 5000).
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_CONNECT_TIMEOUT_MS")]
     pub upstream_connect_timeout_ms: Option<u64>,
+    /// Longest wait for the upstream's response headers, then 504 (default 600).
     #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
     pub upstream_response_timeout_secs: Option<u64>,
     /// Longest silence of the upstream mid-response before the guard ends it (default 600).
@@ -215,6 +217,7 @@ pub struct ServeArgs {
     /// judged, one no worker serves say, holds the pod unready) or `any_model`.
     #[arg(long, env = "PREFILL_GUARD_READINESS", value_enum)]
     pub readiness: Option<crate::config::Readiness>,
+    /// Log lines as `human` text (the default) or `json`, one line per event.
     #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
     /// Seconds in-flight requests get to finish after SIGTERM.

@@ -94,7 +94,9 @@ pub struct AuthzConfig {
 
 /// Who calls the authorization listener, which decides where the original
 /// request's method and target are read from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthzStyle {
     /// Envoy ext_authz HTTP and Istio `envoyExtAuthzHttp`: the check request
@@ -131,7 +133,9 @@ pub struct ModelConfig {
     pub server: StaticServer,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -140,7 +144,9 @@ pub enum LogFormat {
 }
 
 /// When the pod reports ready (`/readyz`, gRPC health `readiness`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 #[clap(rename_all = "snake_case")]
 pub enum Readiness {
@@ -155,7 +161,7 @@ pub enum Readiness {
 
 /// The TOML file, and the overlay built from variables and flags. Every field is
 /// optional so layers can be merged; `Config::resolve` applies defaults and checks.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub listen: Option<SocketAddr>,
@@ -218,7 +224,7 @@ pub struct RawConfig {
     pub models: Vec<RawModel>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
     #[serde(alias = "served_model_name")]

@@ -8,9 +8,9 @@ fn example_config_is_valid_and_sets_every_key() {
     let text = std::fs::read_to_string(&path).unwrap();
     let raw = RawConfig::from_toml(&text).unwrap();
     assert!(raw.listen.is_some() && raw.admin_listen.is_some() && raw.upstream.is_some());
-    assert!(
-        raw.max_body_bytes.is_some() && raw.count_workers.is_some() && raw.count_queue.is_some()
-    );
+    assert!(raw.max_body_bytes.is_some());
+    // Defaults that scale with the host are left to the host.
+    assert!(raw.count_workers.is_none() && raw.count_queue.is_none() && raw.io_threads.is_none());
     assert!(
         raw.upstream_connect_timeout_ms.is_some() && raw.upstream_response_timeout_secs.is_some()
     );
@@ -83,7 +83,11 @@ fn a_model_flag_overrides_one_key_of_the_files_model() {
     let model = &cfg.models[0];
     assert_eq!(model.tokenizer, "/elsewhere/glm");
     assert_eq!(model.name, "GLM-4.6", "the file's name is kept");
-    assert_eq!(model.max_req_input_len, Some(681_274), "the file's limit is kept");
+    assert_eq!(
+        model.max_req_input_len,
+        Some(681_274),
+        "the file's limit is kept"
+    );
 
     let mut overlay = RawConfig::default();
     overlay.model.max_req_input_len = Some(1000);
@@ -91,4 +95,51 @@ fn a_model_flag_overrides_one_key_of_the_files_model() {
     assert_eq!(cfg.models.len(), 1);
     assert_eq!(cfg.models[0].tokenizer, "/models/GLM-4.6");
     assert_eq!(cfg.models[0].max_req_input_len, Some(1000));
+}
+
+/// Every key the configuration file accepts (the fields serde reads,
+/// written out by serde itself, so no hand-kept list can fall behind) is
+/// in the example file and in the README; every `serve` flag is in the
+/// README.
+#[test]
+fn every_key_and_flag_is_documented() {
+    let all = serde_json::to_value(RawConfig::default()).unwrap();
+    let keys: Vec<&str> = all
+        .as_object()
+        .expect("the configuration is a table")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert!(keys.len() > 30, "{keys:?}");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("config/prefill-guard.toml")).unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let mut missing = Vec::new();
+    for key in &keys {
+        if !example.lines().any(|l| {
+            let l = l.trim_start_matches(['#', ' ']);
+            l.starts_with(&format!("{key} =")) || l.starts_with(&format!("[[{key}]]"))
+        }) {
+            missing.push(format!("config/prefill-guard.toml: {key}"));
+        }
+        if !readme.contains(&format!("`{key}`")) && !readme.contains(&format!("`[[{key}]]`")) {
+            missing.push(format!("README.md: `{key}`"));
+        }
+    }
+    use clap::CommandFactory;
+    let cli = prefill_guard::cli::Cli::command();
+    let serve = cli.find_subcommand("serve").expect("a serve command");
+    for arg in serve.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if matches!(long, "help" | "version" | "config") {
+            continue;
+        }
+        if !readme.contains(&format!("--{long}")) {
+            missing.push(format!("README.md: --{long}"));
+        }
+        if arg.get_help().is_none() {
+            missing.push(format!("serve --help: --{long} has no text"));
+        }
+    }
+    assert!(missing.is_empty(), "undocumented:\n{}", missing.join("\n"));
 }
