@@ -27,6 +27,10 @@ LABEL org.opencontainers.image.title="prefill-guard" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /prefill-guard /usr/local/bin/prefill-guard
 COPY config/prefill-guard.toml /etc/prefill-guard/prefill-guard.toml
+# The example file binds admin to loopback; in a container that is the
+# container's own, out of reach of probes and Prometheus, so the image binds
+# it on every address. Publish 9000 to the cluster, never to clients.
+ENV PREFILL_GUARD_ADMIN_LISTEN=0.0.0.0:9000
 # distroless's nonroot user; Kubernetes manifests also set runAsUser 65532.
 USER 65532:65532
 # 8000: the proxy (HTTP/1.1 and h2c), for clients.
