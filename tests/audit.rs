@@ -286,3 +286,105 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
         "{s}"
     );
 }
+
+/// `audit --through`: canaries of M - 1 and M token ids, then an over-limit
+/// one in disguises, through the real guard in front of a recording mock;
+/// M comes from the prefill worker, never from the guard.
+mod through {
+    use super::*;
+    use common::{binary_config, spawn_binary, start_mock};
+
+    type Running = (common::Mock, (common::Spawned, tempfile::TempDir), String);
+
+    async fn guard_with_limit(limit: usize) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let mock = start_mock().await;
+        let config = binary_config(
+            dir.path(),
+            mock.addr,
+            &format!("max_req_input_len = {limit}\n"),
+        );
+        let guard = spawn_binary(&config).await;
+        let url = format!("http://{}", guard.serving["listen"].as_str().unwrap());
+        (mock, (guard, dir), url)
+    }
+
+    #[tokio::test]
+    async fn a_guard_at_the_servers_limit_protects() {
+        let worker = InfoMock::start(prefill_worker(100)).await;
+        let (mock, _guard, url) = guard_with_limit(100).await;
+        let out = audit(&["--through", &url, "--prefill-url", &worker.url(), "--json"]).await;
+        let r = json_report(&out);
+        assert_eq!(out.status.code(), Some(0), "{r:#}");
+        assert_eq!(r["verdict"], "not_exposed");
+        assert_eq!(r["is_guard"], true);
+        assert_eq!(r["max_req_input_len"], 100);
+        assert!(r["probes"].as_array().unwrap().len() >= 8);
+        // Only the M - 1 canary reached the upstream, marked as one.
+        {
+            let seen = mock.state.requests.lock().unwrap();
+            assert_eq!(
+                seen.len(),
+                1,
+                "only the canary under the limit is forwarded"
+            );
+            assert_eq!(
+                seen[0].headers.get("x-prefill-guard-canary").unwrap(),
+                "audit"
+            );
+        }
+        let table = text(&audit(&["--through", &url, "--max-req-input-len", "100"]).await);
+        assert!(table.contains("PROTECTED"), "{table}");
+    }
+
+    #[tokio::test]
+    async fn sglang_reached_directly_is_not_protected() {
+        let mock = start_mock().await;
+        let url = format!("http://{}", mock.addr);
+        let out = audit(&["--through", &url, "--max-req-input-len", "100", "--json"]).await;
+        let r = json_report(&out);
+        assert_eq!(out.status.code(), Some(1), "{r:#}");
+        assert_eq!(r["verdict"], "exposed");
+        assert!(
+            r["reason"].as_str().unwrap().contains("NOT PROTECTED"),
+            "{r:#}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_guard_whose_limit_is_above_the_servers_is_not_protected() {
+        let worker = InfoMock::start(prefill_worker(100)).await;
+        let (_mock, _guard, url) = guard_with_limit(150).await;
+        let out = audit(&["--through", &url, "--prefill-url", &worker.url(), "--json"]).await;
+        let r = json_report(&out);
+        assert_eq!(out.status.code(), Some(1), "{r:#}");
+        let leaked = r["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["verdict"] == "exposed")
+            .expect("a canary got through");
+        assert_eq!(leaked["tokens"], 100);
+    }
+
+    #[tokio::test]
+    async fn without_the_servers_limit_it_cannot_tell() {
+        let (_mock, _guard, url) = guard_with_limit(100).await;
+        let out = audit(&["--through", &url, "--json"]).await;
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    }
+
+    #[tokio::test]
+    async fn a_guard_given_as_upstream_is_recognised() {
+        let (_mock, _guard, url) = guard_with_limit(100).await;
+        let out = audit(&["--upstream", &url, "--json"]).await;
+        let r = json_report(&out);
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("this is prefill-guard"),
+            "{r:#}"
+        );
+    }
+}

@@ -17,11 +17,35 @@ use serde_json::Value;
 
 use crate::sglang::{self, Api, ApiError, LimitSource};
 
+mod through;
+
+/// prefill-guard's own answer to a route it does not model (`/server_info`):
+/// 404 `route_not_allowed`, naming itself.
+pub(crate) fn is_guard_refusal(e: &ApiError) -> bool {
+    matches!(e, ApiError::Status { status: 404, detail, .. }
+        if detail.contains("route_not_allowed") || detail.contains("not allowed through prefill-guard"))
+}
+
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
-    /// SGLang, or its router, as an http:// base URL.
-    #[arg(long)]
-    pub upstream: String,
+    /// SGLang, or its router, as an http:// base URL: what is exposed without
+    /// the guard.
+    #[arg(long, required_unless_present = "through")]
+    pub upstream: Option<String>,
+    /// prefill-guard's proxy URL: "am I protected?" Sends canary prompts of
+    /// M-1 and M token ids (M: the prefill workers' max_req_input_len, from
+    /// --prefill-url or --max-req-input-len) and an over-limit one in several
+    /// disguises through it (exit 0 protected, 1 not protected, 2 cannot tell).
+    /// The M-1 canary is a real prefill of M-1 tokens on the servers behind.
+    #[arg(long, value_name = "GUARD_URL")]
+    pub through: Option<String>,
+    /// With --through and no --prefill-url: the servers' max_req_input_len.
+    #[arg(long, requires = "through")]
+    pub max_req_input_len: Option<usize>,
+    /// With --through: seconds each canary may take (the M-1 one is a whole
+    /// prefill on the servers behind the guard).
+    #[arg(long, default_value_t = 600, requires = "through")]
+    pub probe_timeout_secs: u64,
     /// A prefill worker to read directly; repeat for each. Through smg's router,
     /// /get_server_info describes only the first prefill worker.
     #[arg(long = "prefill-url")]
@@ -139,6 +163,9 @@ pub struct Report {
 
 /// Runs the audit and prints it; returns the exit status.
 pub async fn run(args: &AuditArgs, out: &mut impl Write) -> u8 {
+    if let Some(guard) = &args.through {
+        return through::run(args, guard, out).await;
+    }
     let report = audit(args).await;
     let printed = if args.json {
         serde_json::to_string_pretty(&report)
@@ -157,7 +184,8 @@ pub async fn run(args: &AuditArgs, out: &mut impl Write) -> u8 {
 pub async fn audit(args: &AuditArgs) -> Report {
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     let api = Api::new(timeout, timeout);
-    let upstream = read_server(&api, &args.upstream, "upstream", None).await;
+    let upstream_url = args.upstream.clone().unwrap_or_default();
+    let upstream = read_server(&api, &upstream_url, "upstream", None).await;
     let mut servers = vec![upstream];
     for url in &args.prefill_urls {
         let fallback_context = servers[0].context_length;
@@ -188,7 +216,7 @@ pub async fn audit(args: &AuditArgs) -> Report {
         last: exposed.iter().map(|w| w.last).max().unwrap_or(0),
     });
     Report {
-        upstream: args.upstream.clone(),
+        upstream: upstream_url,
         servers,
         window,
         verdict,
@@ -197,7 +225,7 @@ pub async fn audit(args: &AuditArgs) -> Report {
     }
 }
 
-async fn read_server(
+pub(crate) async fn read_server(
     api: &Api,
     url: &str,
     role: &'static str,
@@ -249,6 +277,14 @@ pub fn facts(
     };
     let info = match info {
         Ok(v) => v,
+        Err(e) if is_guard_refusal(&e) => {
+            r.reason = "this is prefill-guard, not SGLang: it does not pass /server_info. \
+                        Audit the servers behind it (--upstream ROUTER_URL --prefill-url ...), \
+                        and check the guard itself with --through GUARD_URL"
+                .into();
+            r.error = Some(e.to_string());
+            return r;
+        }
         Err(e) => {
             r.reason = format!("cannot read /server_info: {e}");
             r.error = Some(e.to_string());
