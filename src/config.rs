@@ -261,6 +261,15 @@ pub struct RawModel {
     pub sglang_env: Option<BTreeMap<String, String>>,
 }
 
+/// One item of a comma-separated variable (`PREFILL_GUARD_PREFILL_URLS="a, b"`),
+/// without the spaces around it.
+pub fn trimmed(item: &str) -> Result<String, String> {
+    match item.trim() {
+        "" => Err("an empty item in a comma-separated list".into()),
+        t => Ok(t.to_string()),
+    }
+}
+
 /// The name a model goes by when the configuration gives none: a Hugging
 /// Face id as it is (SGLang's own default served name), a local directory
 /// by its last component, so that no filesystem path reaches a metric

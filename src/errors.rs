@@ -6,8 +6,8 @@ use http::StatusCode;
 use serde_json::json;
 
 use crate::count::CountError;
-use crate::inspect::routes::ErrorShape;
-use crate::inspect::Route;
+use crate::route::ErrorShape;
+use crate::route::Route;
 
 /// Why a request is not forwarded. Counting, policy and the adapters all
 /// speak this type; nothing else decides a status code.

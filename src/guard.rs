@@ -437,16 +437,14 @@ fn conclude(
     }
     // Counting stops at the first unit that does not fit; report that one.
     if let Some(last) = counts.last() {
-        if let Err(e) = policy::check_unit(last.tokens, limit) {
+        if !policy::fits(last.tokens, limit) {
             d.tokens = Some(last.tokens);
             d.upper_bound = None;
             d.method = Some(last.method);
+            let tokens = last.tokens;
             return Err(match last.method {
-                CountMethod::EarlyExit => Reason::TooLongAtLeast {
-                    tokens: last.tokens,
-                    limit,
-                },
-                _ => e,
+                CountMethod::EarlyExit => Reason::TooLongAtLeast { tokens, limit },
+                _ => Reason::TooLong { tokens, limit },
             });
         }
     }

@@ -248,7 +248,7 @@ async fn build(
     let mut initial = Vec::with_capacity(config.models.len());
     for m in &config.models {
         let started = Instant::now();
-        let files = crate::cli::load_files(&m.tokenizer, &m.revision)
+        let files = crate::load::load_files(&m.tokenizer, &m.revision)
             .await
             .with_context(|| format!("model `{}`", m.name))?;
         anyhow::ensure!(

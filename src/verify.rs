@@ -55,7 +55,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub ignore_server_info: bool,
     #[command(flatten)]
-    pub server: crate::cli::ServerFlags,
+    pub server: crate::load::ServerFlags,
     /// Request bodies (JSON files).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -166,9 +166,9 @@ pub async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<Row>> {
     let live = if args.ignore_server_info {
         None
     } else {
-        Some(crate::cli::read_server_settings(&args.upstream).await?)
+        Some(crate::load::read_server_settings(&args.upstream).await?)
     };
-    let counter = crate::cli::counter_for_server(&tokenizer, &args.revision, &args.server, live)
+    let counter = crate::load::counter_for_server(&tokenizer, &args.revision, &args.server, live)
         .await?
         .map_err(|why| anyhow::anyhow!("the guard would not serve this model: {why}"))?;
     let mut rows = Vec::new();

@@ -79,7 +79,7 @@ fn profile_counter(shared: &Path, profile: &Value, tmp: &Path) -> Option<Arc<Mod
         .build()
         .unwrap();
     let counter = rt
-        .block_on(prefill_guard::cli::counter_for_server(
+        .block_on(prefill_guard::load::counter_for_server(
             &dir.display().to_string(),
             "main",
             &Default::default(),

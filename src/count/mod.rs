@@ -424,14 +424,14 @@ impl ModelCounter {
     /// of the list.
     pub fn server_units(
         &self,
-        route: crate::inspect::Route,
+        route: crate::route::Route,
         body: &Value,
         units: Vec<Unit>,
     ) -> Result<Vec<Unit>, CountError> {
         let Some(fim) = self.server.completion_template else {
             return Ok(units);
         };
-        if route != crate::inspect::Route::Completions {
+        if route != crate::route::Route::Completions {
             return Ok(units);
         }
         let suffix = match body.get("suffix") {

@@ -8,18 +8,9 @@ pub mod profile;
 
 pub use profile::{NotServed, Profile, Profiles};
 
-use crate::errors::Reason;
-
-/// Refuses iff the unit does not fit: `tokens >= max_req_input_len`.
-pub fn check_unit(tokens: usize, max_req_input_len: usize) -> Result<(), Reason> {
-    if tokens >= max_req_input_len {
-        Err(Reason::TooLong {
-            tokens,
-            limit: max_req_input_len,
-        })
-    } else {
-        Ok(())
-    }
+/// Whether a unit fits: SGLang refuses iff `tokens >= max_req_input_len`.
+pub fn fits(tokens: usize, max_req_input_len: usize) -> bool {
+    tokens < max_req_input_len
 }
 
 #[cfg(test)]
@@ -28,14 +19,8 @@ mod tests {
 
     #[test]
     fn boundary_is_sglangs() {
-        assert!(check_unit(99, 100).is_ok());
-        assert!(matches!(
-            check_unit(100, 100),
-            Err(Reason::TooLong {
-                tokens: 100,
-                limit: 100
-            })
-        ));
-        assert!(check_unit(101, 100).is_err());
+        assert!(fits(99, 100));
+        assert!(!fits(100, 100));
+        assert!(!fits(101, 100));
     }
 }

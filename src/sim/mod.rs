@@ -226,7 +226,7 @@ impl SimPair {
 /// workers' URLs, serve until SIGTERM or Ctrl-C.
 pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
     let pair = SimPair::start(args).await?;
-    let stop = crate::cli::shutdown_signal();
+    let stop = crate::signal::shutdown_signal();
     println!(
         "{}",
         json!({
