@@ -167,18 +167,28 @@ pub async fn run(args: &AuditArgs, out: &mut impl Write) -> u8 {
         return through::run(args, guard, out).await;
     }
     let report = audit(args).await;
-    let printed = if args.json {
-        serde_json::to_string_pretty(&report)
+    print_report(args.json, &report, write_table, out).unwrap_or(report.exit_code)
+}
+
+/// Prints `report` as JSON or as its table; `Some(2)` when it cannot be
+/// printed (the exit status then says "cannot tell").
+pub(crate) fn print_report<R: Serialize, W: Write>(
+    json: bool,
+    report: &R,
+    table: impl FnOnce(&R, &mut W) -> std::io::Result<()>,
+    out: &mut W,
+) -> Option<u8> {
+    let printed = if json {
+        serde_json::to_string_pretty(report)
             .map_err(std::io::Error::other)
             .and_then(|s| writeln!(out, "{s}"))
     } else {
-        write_table(&report, out)
+        table(report, out)
     };
-    if let Err(e) = printed {
+    printed.err().map(|e| {
         eprintln!("prefill-guard: cannot print the report: {e}");
-        return Verdict::CannotTell.exit_code();
-    }
-    report.exit_code
+        Verdict::CannotTell.exit_code()
+    })
 }
 
 pub async fn audit(args: &AuditArgs) -> Report {

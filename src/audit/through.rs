@@ -65,18 +65,7 @@ struct ThroughReport {
 
 pub async fn run(args: &super::AuditArgs, guard: &str, out: &mut impl Write) -> u8 {
     let report = check(args, guard.trim_end_matches('/')).await;
-    let printed = if args.json {
-        serde_json::to_string_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|s| writeln!(out, "{s}"))
-    } else {
-        write_table(&report, out)
-    };
-    if let Err(e) = printed {
-        eprintln!("prefill-guard: cannot print the report: {e}");
-        return Verdict::CannotTell.exit_code();
-    }
-    report.exit_code
+    super::print_report(args.json, &report, write_table, out).unwrap_or(report.exit_code)
 }
 
 async fn check(args: &super::AuditArgs, guard: &str) -> ThroughReport {
