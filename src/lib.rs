@@ -4,8 +4,13 @@
 //! The flow is one way: `server` (listeners) → `inspect` (HTTP request → prompt
 //! units, or a refusal) → `count` (units → token counts; no HTTP in there) →
 //! `policy` (counts + limit → verdict) → `proxy` (forward the checked body) or
-//! `errors` (refusal → status, body, metric label). `guard` ties the middle
-//! three together so every adapter shares one decision core.
+//! `errors` (refusal → status, body, metric label). `gate` (the request
+//! head: route class, encodings) and `guard` (the body: inspect, count,
+//! decide) are the decision core every adapter (`server`'s proxy, `ext`'s
+//! ext_authz / ext_proc) shares. `route` is the route table all of them
+//! read; `load`, `hub` and `reload` bring models in; `signal` stops the
+//! process. `scripts/import-cycles.py` checks that the top-level modules do
+//! not use each other in circles.
 #![forbid(unsafe_code)]
 
 pub mod audit;
