@@ -78,7 +78,8 @@ pub enum Command {
     /// Run the guard as a reverse proxy in front of SGLang or its router (exit 0 after a
     /// drain, 64 on an invalid configuration, 1 on a failure, 2 on a usage error).
     Serve(Box<ServeArgs>),
-    /// Count request bodies offline, one JSON line per file.
+    /// Count request bodies offline, one JSON line per file, as SGLang --sglang-version
+    /// (default 0.5.23) or the server --server-info names would.
     Count(Box<CountArgs>),
     /// Check an SGLang deployment for the PD tenant leak (exit 0 not exposed, 1 exposed, 2 cannot tell).
     Audit(crate::audit::AuditArgs),
@@ -403,7 +404,13 @@ async fn counter_for_count(
         (None, Some(url)) => Some(read_server_settings(url).await?),
         (None, None) => None,
     };
-    counter_for_server(&args.tokenizer, &args.revision, &args.server, live).await
+    let mut flags = args.server.clone();
+    if live.is_none() && flags.sglang_version.is_none() {
+        // `count` answers "what does SGLang compute", for the release the
+        // goldens pin unless told another; `serve` errs upward instead.
+        flags.sglang_version = Some(crate::count::serving::REFERENCE_VERSION.to_string());
+    }
+    counter_for_server(&args.tokenizer, &args.revision, &flags, live).await
 }
 
 fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {

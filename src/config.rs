@@ -257,6 +257,9 @@ pub struct RawModel {
     pub trust_request_chat_template: Option<bool>,
     /// `--tokenizer-path`, stated when the guard's tokenizer is that one.
     pub tokenizer_path: Option<String>,
+    /// The prefill server's SGLang release (`/server_info`'s `version`):
+    /// without discovery, what tells 0.5.19-0.5.22 tool prompts from 0.5.23's.
+    pub sglang_version: Option<String>,
     /// The server's environment values that change ids (`SGLANG_DEFAULT_THINKING`, ...).
     pub sglang_env: Option<BTreeMap<String, String>>,
 }
@@ -326,6 +329,9 @@ impl RawModel {
         }
         if let Some(r) = revision {
             observed.set("revision", serde_json::Value::String(r.to_string()));
+        }
+        if let Some(v) = &self.sglang_version {
+            observed.set("version", serde_json::Value::String(v.clone()));
         }
         let (env, env_observed) = SglangEnv::parse(
             self.sglang_env
@@ -533,6 +539,7 @@ impl RawModel {
                 .trust_request_chat_template
                 .or(self.trust_request_chat_template),
             tokenizer_path: over.tokenizer_path.or(self.tokenizer_path),
+            sglang_version: over.sglang_version.or(self.sglang_version),
             sglang_env: over.sglang_env.or(self.sglang_env),
         }
     }

@@ -54,6 +54,10 @@ pub struct ServerFlags {
     /// SGLang's --tokenizer-path, stated when the guard's tokenizer is that tokenizer.
     #[arg(long, env = "PREFILL_GUARD_TOKENIZER_PATH")]
     pub tokenizer_path: Option<String>,
+    /// The prefill server's SGLang version (its /server_info `version`, e.g. 0.5.19): tools are
+    /// dumped differently before 0.5.23. Unset without discovery: counted both ways, the larger wins.
+    #[arg(long, env = "PREFILL_GUARD_SGLANG_VERSION", value_name = "VERSION")]
+    pub sglang_version: Option<String>,
     /// An environment value of the SGLang server that changes prompt ids, NAME=VALUE
     /// (repeat it; the variable takes a comma-separated list).
     #[arg(
@@ -81,6 +85,7 @@ impl ServerFlags {
             completion_template: self.completion_template.clone(),
             trust_request_chat_template: self.trust_request_chat_template,
             tokenizer_path: self.tokenizer_path.clone(),
+            sglang_version: self.sglang_version.clone(),
             sglang_env: (!self.sglang_env.is_empty()).then(|| {
                 self.sglang_env
                     .iter()

@@ -222,15 +222,51 @@ where
         .with_ansi(ansi);
     match format {
         LogFormat::Human => Box::new(builder.finish()),
-        // The request span (its `request_id`) ties warnings to their decision line.
-        LogFormat::Json => Box::new(
-            builder
+        LogFormat::Json => Box::new(builder.json().event_format(JsonLines::new()).finish()),
+    }
+}
+
+/// JSON lines: an event inside a request carries the request span (its
+/// `request_id`), which ties warnings to their decision line; a root event
+/// (the decision line, which has the id as its own field) carries none, so
+/// no line states the request id twice. tracing-subscriber's own formatter
+/// falls back to the thread's current span for root events.
+struct JsonLines {
+    in_span: tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>,
+    root: tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json>,
+}
+
+impl JsonLines {
+    fn new() -> Self {
+        let base = || {
+            tracing_subscriber::fmt::format()
                 .json()
                 .flatten_event(true)
-                .with_current_span(true)
                 .with_span_list(false)
-                .finish(),
-        ),
+        };
+        JsonLines {
+            in_span: base().with_current_span(true),
+            root: base().with_current_span(false),
+        }
+    }
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for JsonLines
+where
+    S: Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if event.is_root() {
+            self.root.format_event(ctx, writer, event)
+        } else {
+            self.in_span.format_event(ctx, writer, event)
+        }
     }
 }
 
@@ -309,6 +345,10 @@ mod tests {
         let sink = buf.clone();
         let sub = subscriber(LogFormat::Json, "info", move || sink.clone());
         tracing::subscriber::with_default(sub, || {
+            // As the server writes it: inside the request's span.
+            let span = tracing::info_span!("request", request_id = "r1");
+            let _entered = span.enter();
+            tracing::warn!("a warning inside the request");
             decision(&DecisionLine {
                 request_id: "r1",
                 mode: "ext_authz_http",
@@ -326,7 +366,19 @@ mod tests {
             })
         });
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let (warning, line) = (&lines[0], &lines[1]);
+        assert_eq!(warning["span"]["request_id"], "r1", "{text}");
+        // The id once: as the decision line's own field, no span object.
+        assert_eq!(
+            text.lines().nth(1).unwrap().matches("r1").count(),
+            1,
+            "{text}"
+        );
+        assert!(line.get("span").is_none(), "{text}");
         assert_eq!(line["request_id"], "r1");
         assert_eq!(line["mode"], "ext_authz_http");
         assert_eq!(line["tokens"], 7);

@@ -250,6 +250,8 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
     assert_eq!(
         names,
         [
+            // The release decides how request tools are counted.
+            "version",
             "default_chat_template_kwargs",
             "tool_call_parser",
             // A prefill worker: PD mode (it decides gpt-oss Responses refusals).
@@ -258,7 +260,7 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
             "tokenizer_mode"
         ]
     );
-    assert_eq!(s["settings"][0]["handling"], "modelled");
+    assert_eq!(s["settings"][1]["handling"], "modelled");
     let unmodelled = s["unmodelled"].as_array().unwrap();
     assert!(
         unmodelled[0]

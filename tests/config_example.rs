@@ -42,6 +42,7 @@ fn example_config_is_valid_and_sets_every_key() {
         "completion_template",
         "trust_request_chat_template",
         "tokenizer_path",
+        "sglang_version",
         "sglang_env",
     ] {
         assert!(text.contains(key), "config example does not mention {key}");

@@ -308,3 +308,103 @@ async fn a_sampled_undercount_takes_the_model_out_of_service_until_a_reload() {
     })
     .await;
 }
+
+/// A server template that says `hello` once per key of each tool's function,
+/// then the message words: the demo tokenizer counts `n + 3` for a chat of
+/// `n` words and one `{"name": ...}` tool as SGLang 0.5.23 dumps it
+/// (`name`, then `description` and `parameters` as null), `n + 4` as
+/// 0.5.19-0.5.22 do (`description, name, parameters, strict`).
+fn tool_key_template() -> Value {
+    json!({"chat_template":
+        "{% for t in tools %}{% for k in t['function'] %}hello {% endfor %}{% endfor %}\
+         {% for m in messages %}{{ m['content'] }}{% endfor %}"})
+}
+
+fn chat_with_tool(n: usize) -> Value {
+    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}],
+           "tools": [{"type": "function", "function": {"name": "lookup"}}]})
+}
+
+fn worker_on(version: &str) -> Answers {
+    let mut a = worker_with(10, "default_chat_template_kwargs", tool_key_template());
+    a.server_info["version"] = json!(version);
+    a
+}
+
+/// Waits until a chat of `fits` words with a tool passes and one of
+/// `fits + 1` is refused at M = 10, then checks nothing more was forwarded.
+async fn tool_boundary_is(live: &Live, fits: usize, why: &str) {
+    eventually(why, || async {
+        live.g
+            .post("/v1/chat/completions", &chat_with_tool(fits + 1))
+            .await
+            .status
+            == 400
+            && live
+                .g
+                .post("/v1/chat/completions", &chat_with_tool(fits))
+                .await
+                .status
+                == 200
+    })
+    .await;
+    let before = live.g.mock.state.count();
+    let over = live
+        .g
+        .post("/v1/chat/completions", &chat_with_tool(fits + 1))
+        .await;
+    assert_eq!(over.error_code(), "context_length_exceeded", "{why}");
+    assert_eq!(
+        live.g.mock.state.count(),
+        before,
+        "{why}: nothing forwarded"
+    );
+}
+
+#[tokio::test]
+async fn the_workers_sglang_version_decides_how_tools_are_counted() {
+    // 0.5.23: 6 words + 3 = 9 tokens fit under M = 10.
+    let a = InfoMock::start(worker_on("0.5.23")).await;
+    let live = start_live(&workers(&[&a])).await;
+    tool_boundary_is(&live, 6, "0.5.23 keeps the client's keys").await;
+
+    // 0.5.19 adds `"strict": false`: 6 words are 10 tokens there.
+    a.set(|x| *x = worker_on("0.5.19.post1"));
+    tool_boundary_is(&live, 5, "0.5.19 dumps strict=false").await;
+
+    // A rolling upgrade (workers on both) is counted for both: the larger wins,
+    // and the model stays in service.
+    let b = InfoMock::start(worker_on("0.5.23")).await;
+    let mixed = start_live(&workers(&[&a, &b])).await;
+    tool_boundary_is(&mixed, 5, "mixed builds: the larger count").await;
+    assert_eq!(mixed.readyz().await, 200);
+
+    // Older than any release the counts are checked against: not served.
+    a.set(|x| *x = worker_on("0.5.18"));
+    not_served_saying(&live, "server_config_unmodelled", "version", "version").await;
+    a.set(|x| *x = worker_on("0.5.20"));
+    tool_boundary_is(&live, 5, "0.5.20 dumps strict=false too").await;
+}
+
+#[tokio::test]
+async fn without_a_stated_version_tools_are_counted_both_ways() {
+    let kwargs = tool_key_template()["chat_template"].clone();
+    let template = format!("default_chat_template_kwargs = {{ chat_template = {kwargs} }}\n");
+    // Static: no discovery, so nothing says which release the server runs.
+    let unknown = start_live(&format!("max_req_input_len = 10\n{template}")).await;
+    tool_boundary_is(&unknown, 5, "unknown version: the larger count").await;
+    let stated = start_live(&format!(
+        "max_req_input_len = 10\nsglang_version = \"0.5.23\"\n{template}"
+    ))
+    .await;
+    tool_boundary_is(&stated, 6, "stated 0.5.23").await;
+    // A chat without tools is the same under every release.
+    assert_eq!(
+        unknown
+            .g
+            .post("/v1/chat/completions", &chat(8))
+            .await
+            .status,
+        200
+    );
+}

@@ -27,7 +27,7 @@ pub use bound::BoundRule;
 pub use encoder::Encoder;
 pub use fast::{Chunking, Tally};
 pub use model::ModelFiles;
-pub use serving::{ServerConfig, Unmodelled};
+pub use serving::{Release, ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
@@ -371,6 +371,26 @@ impl ModelCounter {
         server: Arc<ServerConfig>,
     ) -> Result<Self, Vec<Unmodelled>> {
         let selected = encoder::select(&files, &server)?;
+        if server.releases.any_before(Release::V0523) {
+            let why = match &selected.encoder {
+                Encoder::Dsv4 { .. } => Some(
+                    "before 0.5.23 SGLang encodes DeepSeek-V4 with its own encoding_dsv4, not deepseek-recipe, and \
+                     counts fewer tokens than 0.5.23 for some requests (reasoning effort, text parts, response_format)",
+                ),
+                Encoder::Glm53 { .. } => Some("GLM-5.3's Python template is SGLang 0.5.23's"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(vec![Unmodelled {
+                    setting: "version",
+                    value: "before 0.5.23 (or not stated)".into(),
+                    why: format!(
+                        "{why}; the guard models this encoder for 0.5.23 and later (state sglang_version when \
+                         discovery is off)"
+                    ),
+                }]);
+            }
+        }
         let kwarg_template = match server.default_chat_template_kwargs.get("chat_template") {
             None | Some(Value::Null) => None,
             Some(Value::String(source)) => {
@@ -692,7 +712,13 @@ impl ModelCounter {
             Prepared::Ids(_) => Err(CountError::invalid(
                 "the request carries input_ids: SGLang applies no chat template to it",
             )),
-            Prepared::Template(inputs) => {
+            Prepared::Template(mut inputs) => {
+                // The prompt of the oldest release the server may run.
+                if let Some(oldest) = self.server.releases.iter().next() {
+                    if let Some(old) = inputs.as_built_by(oldest) {
+                        *inputs = old;
+                    }
+                }
                 if let Encoder::Dsv4 { .. } = self.encoder {
                     let prompt = self.dsv4_prompt(&inputs)?;
                     return Ok(self.spell_pieces(&prompt));
@@ -757,12 +783,41 @@ impl ModelCounter {
             Prepared::Ids(n) => return Ok(n),
             Prepared::Template(inputs) => inputs,
         };
+        // The prompt as each release the server may run builds it (one
+        // input for most requests); the largest count is the prompt's length.
+        let mut variants: Vec<std::borrow::Cow<'_, ChatInputs>> = Vec::with_capacity(1);
+        for release in self.server.releases.iter() {
+            let variant = match inputs.as_built_by(release) {
+                Some(v) => std::borrow::Cow::Owned(v),
+                None => std::borrow::Cow::Borrowed(&*inputs),
+            };
+            if !variants.iter().any(|v| v.same_as(&variant)) {
+                variants.push(variant);
+            }
+        }
+        let mut n = 0;
+        for variant in &variants {
+            n = n.max(self.count_inputs(variant, clock, ctx)?);
+            if ctx.stopped.get() {
+                // At the limit already: another variant can only confirm it.
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    fn count_inputs(
+        &self,
+        inputs: &ChatInputs,
+        clock: Clock,
+        ctx: &Ctx,
+    ) -> Result<usize, CountError> {
         if let Encoder::Dsv4 { plain, .. } = &self.encoder {
             // The adapter handles a trailing assistant turn itself.
-            let prompt = self.dsv4_prompt(&inputs)?;
+            let prompt = self.dsv4_prompt(inputs)?;
             return self.count_pieces(ctx, &prompt, plain);
         }
-        let prompt = self.chat_prompt(&inputs, clock)?;
+        let prompt = self.chat_prompt(inputs, clock)?;
         let mut n = self.measure(ctx, &prompt.text, prompt.add_special_tokens)?;
         drop(prompt);
         // The multimodal opt-in: each admitted media part adds its configured bound.
@@ -945,11 +1000,12 @@ impl ModelCounter {
         }
         // `request.tools if tools else None`: every request tool, once any
         // reaches the template.
-        let reaches = inputs
-            .tools
-            .as_ref()
-            .and_then(Value::as_array)
-            .is_some_and(|t| !t.is_empty());
+        let reaches = inputs.encoders_get_all_tools
+            || inputs
+                .tools
+                .as_ref()
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.is_empty());
         if let (true, Some(all)) = (reaches, &inputs.all_tools) {
             messages[0]["tools"] = all.clone();
         }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::py::{self, lax_bool, lax_int};
-use super::serving::ServerConfig;
+use super::serving::{Release, ServerConfig};
 use super::template::ContentFormat;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
@@ -120,7 +120,7 @@ pub enum Prepared {
 }
 
 /// The arguments SGLang passes to `apply_chat_template`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ChatInputs {
     /// The processed messages (a JSON array), keys in `model_dump` order.
     pub messages: Value,
@@ -129,6 +129,9 @@ pub struct ChatInputs {
     /// Every request tool, dumped (the dsv32 encoder renders them all when
     /// any reaches the template).
     pub all_tools: Option<Value>,
+    /// 0.5.19-0.5.21: the model-specific encoders render every request tool
+    /// even when none reaches the template (`tool_choice: "none"`).
+    pub encoders_get_all_tools: bool,
     /// `extra_template_kwargs`: `reasoning_effort`, then
     /// `chat_template_kwargs` (server defaults merged in), as SGLang passes
     /// them on ([`ChatInputs::jinja_arguments`] applies `apply_chat_template`'s
@@ -171,6 +174,46 @@ impl ChatInputs {
         })
     }
 
+    /// `self` as `release` builds it, or `None` when that is the same
+    /// prompt input. Before 0.5.23 the `Function` model declared `strict:
+    /// bool = False` and no key order, so `Tool.model_dump()` gave every
+    /// function `description, name, parameters, strict, [defer_loading]` in
+    /// that order, `"strict": false` where the client set none (0.5.23 keeps
+    /// the client's keys and order): a few tokens more per tool on most
+    /// templates, and the order can move a count either way.
+    pub fn as_built_by(&self, release: Release) -> Option<ChatInputs> {
+        let (mut tools, mut all_tools) = (self.tools.clone(), self.all_tools.clone());
+        if release.dumps_tool_model_fields() {
+            tools = legacy_tool_dump(self.tools.as_ref());
+            all_tools = legacy_tool_dump(self.all_tools.as_ref());
+        }
+        let encoders_get_all_tools =
+            release.encoders_get_tools_despite_choice_none() && all_tools.is_some();
+        // `Map`'s equality ignores key order, which is half the difference.
+        let spelled = |v: &Option<Value>| v.as_ref().map(Value::to_string);
+        if spelled(&tools) == spelled(&self.tools)
+            && spelled(&all_tools) == spelled(&self.all_tools)
+            && encoders_get_all_tools == self.encoders_get_all_tools
+        {
+            return None;
+        }
+        Some(ChatInputs {
+            tools,
+            all_tools,
+            encoders_get_all_tools,
+            ..self.clone()
+        })
+    }
+
+    /// Whether two variants of one request ([`ChatInputs::as_built_by`]) are
+    /// the same prompt input (key order included).
+    pub fn same_as(&self, other: &ChatInputs) -> bool {
+        let spelled = |v: &Option<Value>| v.as_ref().map(Value::to_string);
+        spelled(&self.tools) == spelled(&other.tools)
+            && spelled(&self.all_tools) == spelled(&other.all_tools)
+            && self.encoders_get_all_tools == other.encoders_get_all_tools
+    }
+
     /// SGLang's retry argument: each tool replaced by its `function` object
     /// (`[t["function"] if "function" in t else t for t in tools]`).
     pub fn flat_tools(&self) -> Option<Value> {
@@ -185,6 +228,31 @@ impl ChatInputs {
                 .collect(),
         ))
     }
+}
+
+/// [`ChatInputs::with_legacy_tools`] on one dumped tool list (as
+/// [`ToolDef::dump`] gives it: every field the client set is there, and
+/// `description`/`parameters` as `null` when it set none).
+fn legacy_tool_dump(tools: Option<&Value>) -> Option<Value> {
+    let tools = tools?.as_array()?;
+    let legacy = tools.iter().map(|tool| {
+        let mut tool = tool.clone();
+        if let Some(Value::Object(f)) = tool.get_mut("function") {
+            let field = |k: &str| f.get(k).cloned().unwrap_or(Value::Null);
+            let mut dumped = Map::new();
+            dumped.insert("description".into(), field("description"));
+            dumped.insert("name".into(), field("name"));
+            dumped.insert("parameters".into(), field("parameters"));
+            let strict = f.get("strict").cloned().unwrap_or(Value::Bool(false));
+            dumped.insert("strict".into(), strict);
+            if let Some(d) = f.get("defer_loading").filter(|d| !d.is_null()) {
+                dumped.insert("defer_loading".into(), d.clone());
+            }
+            *f = dumped;
+        }
+        tool
+    });
+    Some(Value::Array(legacy.collect()))
 }
 
 // ---------------------------------------------------------------------------
@@ -1098,6 +1166,7 @@ pub fn prepare_with(
         messages: Value::Array(processed),
         tools: template_tools,
         all_tools,
+        encoders_get_all_tools: false,
         extra,
         assistant_prefix,
         media_tokens,

@@ -76,6 +76,14 @@ pub struct Setting {
 /// Every SGLang setting that changes (or could be thought to change) a count.
 pub static SETTINGS: &[Setting] = &[
     Setting {
+        name: "version",
+        origin: Origin::ServerInfo,
+        handling: Handling::Partly,
+        what: "0.5.23 and later: the reference; 0.5.19-0.5.22: request tools are rendered as those builds dump them \
+               (\"strict\": false added, fields in model order); unknown (a static configuration that states none, \
+               or workers on different builds): counted both ways, the larger wins; before 0.5.19: not modelled",
+    },
+    Setting {
         name: "default_chat_template_kwargs",
         origin: Origin::ServerInfo,
         handling: Handling::Modelled,
@@ -340,6 +348,12 @@ impl Observed {
             if let Some(v) = source.and_then(|src| src.get(s.name)) {
                 o.set(s.name, v.clone());
             }
+        }
+        // `/server_info` has carried `version` in every build the guard
+        // models; an answer without it is not SGLang's own (a test double or
+        // a proxy), and is read as the reference build's.
+        if server_info.get("version").is_none_or(Value::is_null) {
+            o.set("version", Value::String(REFERENCE_VERSION.into()));
         }
         // The tokenizer path defaults to the model path (resolved at launch):
         // only a different one is a setting.
@@ -921,7 +935,116 @@ pub struct ServerConfig {
     /// The server is multimodal (`has_image_understanding` or
     /// `has_audio_understanding`).
     pub multimodal: bool,
+    /// The releases the server may run (`version`; several when it is unknown
+    /// or the workers differ): a prompt is counted as each builds it, and
+    /// the largest count is its length.
+    pub releases: Releases,
     pub env: SglangEnv,
+}
+
+/// The SGLang release the guard's counts are checked against (the goldens').
+pub const REFERENCE_VERSION: &str = "0.5.23";
+
+/// The releases whose request handling builds different prompts, each
+/// compared with the release's own code (`src/count/testdata/gen_versions.py`,
+/// `tests/versions.rs`). Ordered oldest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Release {
+    /// 0.5.19-0.5.21: request tools dumped by their pydantic model
+    /// (`Function.strict: bool = False`, fields in model order); the
+    /// DeepSeek encoders get every request tool even under `tool_choice: "none"`
+    /// (`if request.tools:`).
+    V0519,
+    /// 0.5.22: the tools dump as before; the DeepSeek encoders get tools only
+    /// when the template does (`request.tools if tools else None`).
+    V0522,
+    /// 0.5.23 and later: the client's keys, in its order.
+    V0523,
+}
+
+impl Release {
+    const ALL: [Release; 3] = [Release::V0519, Release::V0522, Release::V0523];
+
+    fn of(version: (u32, u32, u32)) -> Option<Release> {
+        match version {
+            v if v < (0, 5, 19) => None,
+            v if v < (0, 5, 22) => Some(Release::V0519),
+            v if v < (0, 5, 23) => Some(Release::V0522),
+            _ => Some(Release::V0523),
+        }
+    }
+
+    /// `Function` had `strict: bool = False` and no key order.
+    pub fn dumps_tool_model_fields(self) -> bool {
+        self < Release::V0523
+    }
+
+    /// `_apply_jinja_template` passed the encoders `request.tools` whenever set.
+    pub fn encoders_get_tools_despite_choice_none(self) -> bool {
+        self == Release::V0519
+    }
+}
+
+/// A non-empty set of [`Release`]s, oldest first; by default the reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Releases(Vec<Release>);
+
+impl Default for Releases {
+    fn default() -> Self {
+        Releases(vec![Release::V0523])
+    }
+}
+
+impl Releases {
+    pub fn iter(&self) -> impl Iterator<Item = Release> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// Whether any release before `release` may be running.
+    pub fn any_before(&self, release: Release) -> bool {
+        self.0.first().is_some_and(|r| *r < release)
+    }
+}
+
+/// `major.minor.patch` of an SGLang version string (`0.5.19`, `0.5.19.post1`,
+/// `0.5.23rc0`, `v0.5.20`), or `None`.
+fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = v.trim().trim_start_matches('v').splitn(3, '.');
+    let mut next = |all: bool| -> Option<u32> {
+        let p = parts.next()?;
+        let digits = if all {
+            p
+        } else {
+            &p[..p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len())]
+        };
+        digits.parse().ok()
+    };
+    Some((next(true)?, next(true)?, next(false)?))
+}
+
+/// The releases `value` names (one version string, or the list several
+/// workers report), or why they are not modelled.
+fn releases_of(value: &Value) -> Result<Vec<Release>, String> {
+    let versions: Vec<&Value> = match value {
+        Value::Array(list) => list.iter().collect(),
+        v => vec![v],
+    };
+    let mut releases = Vec::new();
+    for v in versions {
+        let text = v.as_str().unwrap_or_default();
+        let parsed = parse_version(text)
+            .ok_or_else(|| format!("`{}` is not an SGLang version the guard can read", show(v)))?;
+        let release = Release::of(parsed).ok_or_else(|| {
+            format!(
+                "{text} is older than 0.5.19, the oldest SGLang whose request handling the guard's counts are \
+                 checked against; upgrade the server (0.5.21 and later are not exposed to the leak)"
+            )
+        })?;
+        releases.push(release);
+    }
+    releases.sort();
+    releases.dedup();
+    Ok(releases)
 }
 
 impl ServerConfig {
@@ -1030,6 +1153,10 @@ impl ServerConfig {
                         );
                     }
                 }
+                "version" => match releases_of(value) {
+                    Ok(releases) => c.releases = Releases(releases),
+                    Err(why) => refuse(name, value, why),
+                },
                 "tokenizer_path" | "revision" => {
                     // Compared with the static configuration (see `Observed::contradicted_by`):
                     // reaching here means the static value is the same.
@@ -1057,6 +1184,11 @@ impl ServerConfig {
                 // No effect on counts, or environment values applied through `env`.
                 _ => {}
             }
+        }
+        if !observed.is_set("version") {
+            // Only a static configuration leaves it out: every SGLang build
+            // publishes it (see `Observed::from_server`).
+            c.releases = Releases(Release::ALL.to_vec());
         }
         if problems.is_empty() {
             Ok(c)
@@ -1121,6 +1253,7 @@ mod tests {
         assert_eq!(
             set,
             [
+                "version",
                 "default_chat_template_kwargs",
                 "tool_call_parser",
                 "architectures",
@@ -1134,6 +1267,49 @@ mod tests {
             Some(&json!(false))
         );
         assert_eq!(c.arch.unwrap().first(), "Qwen3ForCausalLM");
+    }
+
+    #[test]
+    fn the_version_decides_which_releases_are_counted() {
+        use Release::*;
+        let releases = |v: Value| {
+            let mut o = Observed::default();
+            o.set("version", v);
+            ServerConfig::resolve(&o, &SglangEnv::default())
+                .map(|c| c.releases.iter().collect::<Vec<_>>())
+        };
+        assert_eq!(releases(json!("0.5.23")), Ok(vec![V0523]));
+        assert_eq!(releases(json!("0.6.0")), Ok(vec![V0523]));
+        assert_eq!(releases(json!("0.5.23rc0")), Ok(vec![V0523]));
+        assert_eq!(releases(json!("0.5.19")), Ok(vec![V0519]));
+        assert_eq!(releases(json!("0.5.21.post2")), Ok(vec![V0519]));
+        assert_eq!(releases(json!("v0.5.22")), Ok(vec![V0522]));
+        assert_eq!(
+            releases(json!(["0.5.23", "0.5.19", "0.5.20"])),
+            Ok(vec![V0519, V0523])
+        );
+        for bad in [
+            json!("0.5.18"),
+            json!("0.4.10.post2"),
+            json!("latest"),
+            json!(5),
+        ] {
+            let why = releases(bad.clone()).unwrap_err();
+            assert_eq!(why[0].setting, "version", "{bad}");
+        }
+        // A static configuration that states no version: every release.
+        assert_eq!(
+            ServerConfig::resolve(&Observed::default(), &SglangEnv::default())
+                .map(|c| c.releases.iter().collect::<Vec<_>>()),
+            Ok(Release::ALL.to_vec())
+        );
+        assert_eq!(
+            ServerConfig::default().releases.iter().collect::<Vec<_>>(),
+            [V0523]
+        );
+        // A `/server_info` answer always has one; one without is read as the reference.
+        let o = Observed::from_server(&json!({}), None);
+        assert_eq!(o.get("version"), Some(&json!(REFERENCE_VERSION)));
     }
 
     #[test]
@@ -1159,10 +1335,11 @@ mod tests {
     fn static_and_live_compare_by_meaning() {
         let live = Observed::from_server(
             &json!({"default_chat_template_kwargs": "{\"enable_thinking\": false}",
-                    "reasoning_parser": "qwen3"}),
+                    "reasoning_parser": "qwen3", "version": "0.5.19"}),
             None,
         );
         let mut stat = Observed::default();
+        stat.set("version", json!("0.5.19"));
         stat.set(
             "default_chat_template_kwargs",
             json!({"enable_thinking": false}),

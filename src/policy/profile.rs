@@ -99,7 +99,10 @@ pub fn settings_from_workers(
 ) -> Result<Observed, NotServed> {
     let (first_url, first) = serving[0];
     for (url, other) in &serving[1..] {
-        if let Some(setting) = first.differences(other).first() {
+        // Workers on different builds (a rolling upgrade) are all counted for:
+        // `version` becomes the list, and the larger count wins.
+        let differ = first.differences(other);
+        if let Some(setting) = differ.iter().find(|s| **s != "version") {
             let said = |o: &Observed| o.get(setting).map_or("(default)".to_string(), show);
             return Err(NotServed::Disagrees {
                 setting,
@@ -111,7 +114,21 @@ pub fn settings_from_workers(
             });
         }
     }
-    let live = first;
+    let mut versions: Vec<serde_json::Value> = Vec::new();
+    for (_, o) in serving {
+        if let Some(v) = o.get("version").filter(|v| !versions.contains(v)) {
+            versions.push(v.clone());
+        }
+    }
+    let merged;
+    let live = if versions.len() > 1 {
+        let mut all = first.clone();
+        all.set("version", serde_json::Value::Array(versions));
+        merged = all;
+        &merged
+    } else {
+        first
+    };
     if let Some(setting) = configured.observed.contradicted_by(live).first() {
         let stated = configured
             .observed

@@ -29,7 +29,7 @@ logging.disable(logging.CRITICAL)
 warnings.filterwarnings("ignore")
 
 # --- stubs for the GPU-side imports --------------------------------------------
-STUB = ("torch", "torch_npu", "triton", "IPython", "xgrammar", "sglang.kernels",
+STUB = ("torchvision", "torchaudio", "torch", "torch_npu", "triton", "IPython", "xgrammar", "sglang.kernels",
         "sglang.srt.configs", "sglang.srt.distributed", "sglang.srt.layers",
         "sglang.srt.managers.schedule_batch", "sglang.srt.model_executor",
         "sglang.srt.hardware_backend", "sglang.srt.utils.hf_transformers",
