@@ -119,7 +119,8 @@ pub struct ServeArgs {
     /// Hugging Face revision of `--tokenizer`.
     #[arg(long, env = "PREFILL_GUARD_REVISION")]
     pub revision: Option<String>,
-    /// The served model name (informational with one model).
+    /// The served model name (metrics, logs, client errors). Default with one model: the name its
+    /// --prefill-url workers serve, else the tokenizer directory's basename or the Hub id.
     #[arg(long, env = "PREFILL_GUARD_SERVED_MODEL_NAME")]
     pub served_model_name: Option<String>,
     /// SGLang's max_req_input_len of the prefill server: prompts with L >= N are refused.

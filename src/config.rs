@@ -115,6 +115,9 @@ pub struct ModelConfig {
     /// informational: every request is counted with that model, as a
     /// single-model SGLang does.
     pub name: String,
+    /// `name` was not configured: it is the tokenizer's basename (or Hub id)
+    /// until the prefill workers say what they serve.
+    pub named_by_default: bool,
     /// A local directory or a Hugging Face model id.
     pub tokenizer: String,
     /// Hugging Face revision when `tokenizer` is a model id.
@@ -614,6 +617,7 @@ impl RawModel {
             .map_err(|e| ConfigError(format!("model `{name}`: {e}")))?;
         Ok(ModelConfig {
             name,
+            named_by_default: self.name.is_none(),
             tokenizer,
             revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
             max_req_input_len,

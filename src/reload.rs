@@ -82,7 +82,8 @@ impl Runtime {
     /// Loads every model and starts discovery (its first round runs at once,
     /// in the background: until it succeeds, models without a static limit
     /// are refused with 503 and `/readyz` says not ready).
-    pub async fn start(config: Config, source: ConfigSource) -> anyhow::Result<Arc<Self>> {
+    pub async fn start(mut config: Config, source: ConfigSource) -> anyhow::Result<Arc<Self>> {
+        name_after_workers(&mut config, None).await;
         let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
         let built = build(&config, &metrics, None).await?;
         let task = built.discovery.as_ref().map(Discovery::spawn);
@@ -141,7 +142,9 @@ impl Runtime {
     }
 
     async fn try_reload(&self, current: &mut Current) -> anyhow::Result<()> {
-        let config = self.source.load()?;
+        let mut config = self.source.load()?;
+        let running = current.config.models.first().map(|m| m.name.clone());
+        name_after_workers(&mut config, running.as_deref()).await;
         warn_restart_only(&current.config, &config);
         let built = build(&config, &self.metrics, current.discovery.as_deref()).await?;
         if let Some(d) = &built.discovery {
@@ -205,6 +208,61 @@ impl Runtime {
         if let Some(t) = current.task.take() {
             t.abort();
         }
+    }
+}
+
+/// How long start-up waits for a prefill worker to say what it serves.
+const NAME_QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A single model configured without a `name` takes the served name its
+/// prefill workers report (`--served-model-name`, SGLang's default being the
+/// model path): clients send that name, so metrics, logs and client errors
+/// use it rather than the guard's tokenizer directory. When no worker
+/// answers in time (or they name different models) the running name is
+/// kept on a reload, else the directory's basename, and the log says so.
+/// With several models each `name` is required to match a served name anyway.
+async fn name_after_workers(config: &mut Config, running: Option<&str>) {
+    let [model] = config.models.as_mut_slice() else {
+        return;
+    };
+    if !model.named_by_default || config.prefill_urls.is_empty() {
+        return;
+    }
+    let api = crate::sglang::Api::new(config.upstream_connect_timeout, NAME_QUESTION_TIMEOUT);
+    let asks = config.prefill_urls.iter().map(|url| {
+        let (api, url) = (&api, url.to_string().trim_end_matches('/').to_string());
+        async move {
+            let info = api.server_info(&url).await.ok()?;
+            let models = api.models(&url).await.ok();
+            Some(crate::sglang::served_names(&info, models.as_ref()))
+        }
+    });
+    let answers: Vec<Vec<String>> = futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut served: Vec<&String> = answers.iter().flatten().collect();
+    served.sort();
+    served.dedup();
+    match (served.as_slice(), running) {
+        ([one], _) => {
+            if model.name != **one {
+                tracing::info!(model = %one, tokenizer = %model.tokenizer, "model named after its prefill workers' served name");
+            }
+            model.name = (*one).clone();
+        }
+        (_, Some(name)) => model.name = name.to_string(),
+        ([], None) => tracing::warn!(
+            model = %model.name,
+            "no prefill worker said what it serves in time; the model is named after its tokenizer until a reload \
+             (set `name` to the served name)"
+        ),
+        (many, None) => tracing::warn!(
+            model = %model.name,
+            served = %many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(","),
+            "the prefill workers serve several names; set `name` to the one clients send"
+        ),
     }
 }
 

@@ -493,3 +493,54 @@ async fn a_model_no_worker_serves_is_named_and_counted() {
         worker.set(|a| a.server_info["served_model_name"] = json!(MODEL));
     }
 }
+
+/// The configuration of a single model with no `name`: its tokenizer is a
+/// directory called `qwen3-8b`, its worker `worker`.
+fn unnamed_config(dir: &std::path::Path, worker: &str) -> std::path::PathBuf {
+    let model = dir.join("checkpoints").join("qwen3-8b");
+    prefill_guard::demo::write_demo_model(&model).unwrap();
+    let config = dir.join("prefill-guard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "upstream = \"http://127.0.0.1:9\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             log_format = \"json\"\ntokenizer = {:?}\nprefill_urls = [\"{worker}\"]\n{FAST}",
+            model.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[tokio::test]
+async fn a_model_without_a_name_takes_the_name_its_workers_serve() {
+    let mut answers = prefill_worker(100);
+    answers.server_info["served_model_name"] = json!("qwen-prod");
+    answers.models = Some(
+        json!({"object": "list", "data": [{"id": "qwen-prod", "object": "model",
+        "created": 1, "owned_by": "sglang", "max_model_len": 1000}]}),
+    );
+    let w = InfoMock::start(answers).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut guard = common::spawn_binary(&unnamed_config(dir.path(), &w.url())).await;
+    let admin = guard.serving["admin_listen"].as_str().unwrap().to_string();
+    let http = reqwest::Client::new();
+    let metrics = common::scrape(&http, &admin).await;
+    assert!(
+        metrics.contains("model=\"qwen-prod\""),
+        "metrics use the served name"
+    );
+    assert!(
+        !metrics.contains("qwen3-8b") && !metrics.contains("checkpoints"),
+        "no path or directory name in the labels"
+    );
+    let _ = guard.child.kill().await;
+
+    // No worker answers in time: the directory's basename, never its path.
+    let dir = tempfile::tempdir().unwrap();
+    let guard = common::spawn_binary(&unnamed_config(dir.path(), "http://127.0.0.1:9")).await;
+    let admin = guard.serving["admin_listen"].as_str().unwrap().to_string();
+    let metrics = common::scrape(&http, &admin).await;
+    assert!(metrics.contains("model=\"qwen3-8b\""), "the basename");
+    assert!(!metrics.contains("checkpoints"), "never the path");
+}

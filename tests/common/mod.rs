@@ -331,6 +331,7 @@ pub async fn start(opts: Options) -> Guarded {
         upstream: upstream.parse().unwrap(),
         models: vec![ModelConfig {
             name: MODEL.to_string(),
+            named_by_default: false,
             tokenizer: dir.path().display().to_string(),
             revision: "main".to_string(),
             max_req_input_len: Some(opts.limit),
