@@ -9,6 +9,9 @@
 //! benchmark once on a short text and one fixture, so it stays quick.
 //! `BENCH_FIXTURES=qwen2.5,llama-3.2` narrows the fixtures.
 
+#[path = "../tests/common/shared.rs"]
+mod shared;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,25 +27,7 @@ fn measuring() -> bool {
 }
 
 fn shared_tokenizers() -> Option<PathBuf> {
-    let shared = match std::env::var_os("PREFILL_GUARD_SHARED") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    let dir = shared.join("tokenizers");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "shared reference data not found: {} (set PREFILL_GUARD_SHARED)",
-            dir.display()
-        );
-    }
-    eprintln!(
-        "skipping the counting benchmarks: no tokenizer fixtures at {} (set PREFILL_GUARD_SHARED)",
-        dir.display()
-    );
-    None
+    shared::shared_dir().map(|d| d.join("tokenizers"))
 }
 
 fn fixtures(root: &Path) -> Vec<PathBuf> {

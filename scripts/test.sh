@@ -7,6 +7,19 @@ cd "$(dirname "$0")/.."
 # The golden and template tests read the fixtures in ../shared (override with
 # PREFILL_GUARD_SHARED). Under CI they are required: a missing path fails.
 export PREFILL_GUARD_SHARED="${PREFILL_GUARD_SHARED:-$(cd .. && pwd)/shared}"
+# Off CI those tests skip without the fixtures, and cargo hides their skip
+# notices: say it here, before and after, so a green run is not mistaken
+# for one that checked the goldens.
+fixtures_missing=""
+if [ ! -d "$PREFILL_GUARD_SHARED/goldens" ] || [ ! -d "$PREFILL_GUARD_SHARED/tokenizers" ]; then
+  if [ -n "${CI:-}" ]; then
+    echo "test: the shared fixtures are required under CI: $PREFILL_GUARD_SHARED has no goldens/ and tokenizers/" >&2
+    exit 1
+  fi
+  fixtures_missing="test: SKIPPED the golden, profile and fixture tests: no goldens/ and tokenizers/ in $PREFILL_GUARD_SHARED (set PREFILL_GUARD_SHARED)"
+  echo "$fixtures_missing" >&2
+  trap 'echo "$fixtures_missing" >&2' EXIT
+fi
 
 ./scripts/install-test-deps.sh
 

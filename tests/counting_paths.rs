@@ -63,10 +63,7 @@ async fn a_chat_over_the_limit_keeps_the_openai_shape() {
     })
     .await;
     let r = g
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": MODEL, "messages": [{"role": "user", "content": words(500)}]}),
-        )
+        .post("/v1/chat/completions", &common::bodies::chat(500))
         .await;
     assert_eq!(r.status, 400);
     let v = r.json();

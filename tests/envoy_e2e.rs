@@ -327,9 +327,7 @@ impl Stack {
     }
 
     async fn over_long_prompts_refused(&self) {
-        let chat = |n: usize| {
-            json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]}).to_string()
-        };
+        let chat = |n: usize| common::bodies::chat(n).to_string();
         // LIMIT - 5 words count exactly LIMIT tokens: refused (>=).
         self.assert_refused_too_long("/v1/chat/completions", chat(LIMIT - 5))
             .await;

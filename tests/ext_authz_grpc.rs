@@ -37,9 +37,7 @@ async fn guard(opts: Options) -> (Guarded, AuthorizationClient<Channel>) {
 }
 
 fn chat(n: usize) -> Vec<u8> {
-    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]})
-        .to_string()
-        .into_bytes()
+    common::bodies::chat(n).to_string().into_bytes()
 }
 
 /// How Envoy describes a request: headers as a map (values of repeated

@@ -142,7 +142,7 @@ impl Guard {
 const JSON: (&str, &str) = ("content-type", "application/json");
 
 fn chat(n: usize) -> String {
-    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]}).to_string()
+    common::bodies::chat(n).to_string()
 }
 
 /// A deny as a user of Envoy would check it: not allowed, not a server

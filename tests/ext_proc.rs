@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{sample, start, words, Guarded, Options, MODEL, PATIENCE};
+use common::{sample, start, Guarded, Options, MODEL, PATIENCE};
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap as ProtoHeaderMap, HeaderValue};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, processing_response::Response, HttpBody, HttpHeaders,
     HttpTrailers, ImmediateResponse, ProcessingRequest, ProcessingResponse, ProtocolConfiguration,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::Streaming;
 
@@ -31,9 +31,7 @@ async fn guard(opts: Options) -> Guarded {
 }
 
 fn chat(n: usize) -> Vec<u8> {
-    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]})
-        .to_string()
-        .into_bytes()
+    common::bodies::chat(n).to_string().into_bytes()
 }
 
 /// `chat(n)` padded with JSON whitespace to at least `size` bytes.

@@ -166,8 +166,7 @@ async fn exact_boundary_on_generate_text() {
 #[tokio::test]
 async fn exact_boundary_on_chat() {
     let g = guard().await;
-    let chat =
-        |n: usize| json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]});
+    let chat = common::bodies::chat;
     let fits = g.post("/v1/chat/completions", &chat(LIMIT - 1 - 5)).await;
     assert_eq!(fits.status, 200, "{}", String::from_utf8_lossy(&fits.body));
     assert_eq!(g.mock.state.requests()[0].json(), chat(LIMIT - 1 - 5));

@@ -40,11 +40,7 @@ impl Load {
                 200,
             ),
             // 2 words + 5 template tokens = 7.
-            (
-                "/v1/chat/completions",
-                json!({"model": MODEL, "messages": [{"role": "user", "content": words(2)}]}),
-                200,
-            ),
+            ("/v1/chat/completions", common::bodies::chat(2), 200),
         ];
         let tasks = (0..clients)
             .map(|c| {

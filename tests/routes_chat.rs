@@ -284,7 +284,7 @@ async fn ollama_chat_boundary_and_shape() {
     let a = g.post("/api/chat", &body).await;
     assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
     forwarded_once(&g, "/api/chat", &body);
-    let over = json!({"model": MODEL, "messages": [{"role": "user", "content": words(LIMIT - 5)}]});
+    let over = common::bodies::chat(LIMIT - 5);
     let msg = ollama_error(&g.post("/api/chat", &over).await);
     assert!(msg.contains(&format!("{LIMIT} tokens")), "{msg}");
     // SGLang passes any role through, unvalidated: counted as given (10

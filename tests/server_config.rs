@@ -20,9 +20,7 @@ fn workers(urls: &[&InfoMock]) -> String {
     format!("prefill_urls = [{}]\n{FAST}", list.join(", "))
 }
 
-fn chat(n: usize) -> Value {
-    json!({"model": MODEL, "messages": [{"role": "user", "content": words(n)}]})
-}
+use common::bodies::chat;
 
 /// A worker with `setting` = `value` in its `/server_info`.
 fn worker_with(limit: usize, setting: &str, value: Value) -> Answers {

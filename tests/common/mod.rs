@@ -2,6 +2,7 @@
 //! SGLang, also on `127.0.0.1:0`.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod bodies;
 pub mod corpus;
 pub mod envoy;
 pub mod live;
