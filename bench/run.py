@@ -4,6 +4,7 @@ bench/run.sh, which installs wrk and the venv and builds the release binaries.
 One run starts, all on loopback:
   direct  client -> stub (examples/bench_stub.rs, a fast SGLang look-alike)
   envoy   client -> Envoy (plain pass-through, bench/envoy.yaml) -> stub
+  nginx   client -> nginx (plain pass-through, bench/nginx.conf) -> stub
   guard   client -> prefill-guard serve -> stub
   router  client -> sglang-router (real, pass-through, round_robin) -> stub
   naive   client -> bench/naive_guard.py (FastAPI + transformers) -> stub
@@ -26,7 +27,7 @@ run through /proc/<pid>/clear_refs).
 
 Latency at moderate load (1k, 32k) comes from one interleaved run per workload
 (examples/bench_paced.rs): a fixed-rate open-loop stream dealt round-robin to
-direct, envoy, guard and router, so that a stall of this shared VM falls on all
+direct, envoy, nginx, guard and router, so that a stall of this shared VM falls on all
 of them alike and "added" compares the same moments. The naive guard is left
 out of it: at that rate it would be saturated and take the CPU from the others.
 
@@ -49,6 +50,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -211,6 +213,16 @@ def build_bodies(out: Path, tokenizer_json: Path, workloads: list[Workload], flo
 # Processes
 
 STARTED: list[subprocess.Popen] = []
+
+
+def nginx_version() -> str:
+    """`nginx -v` says `nginx version: nginx/1.22.1` on stderr."""
+    try:
+        r = subprocess.run([shutil.which("nginx") or "/usr/sbin/nginx", "-v"], capture_output=True, text=True)
+    except OSError:
+        return "?"
+    m = re.search(r"nginx/(\S+)", r.stderr)
+    return m.group(1) if m else "?"
 
 
 def free_port() -> int:
@@ -614,7 +626,7 @@ def fmt_statuses(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: seconds-long runs")
-    ap.add_argument("--targets", default="direct,envoy,guard,router,naive")
+    ap.add_argument("--targets", default="direct,envoy,nginx,guard,router,naive")
     ap.add_argument("--workloads", default="1k,32k,600k,1M,agent")
     ap.add_argument("--no-flood", action="store_true")
     ap.add_argument("--out", default=str(REPO / "target" / "bench"))
@@ -680,6 +692,17 @@ def main() -> None:
         p = start("envoy", [envoy, "-c", str(out / "envoy.yaml"), "--concurrency", "2",
                             "--log-level", "error", "--disable-hot-restart"], logs)
         targets.append(Target("envoy", "Envoy 1.40 pass-through", port, p))
+    if "nginx" in chosen:
+        port = free_port()
+        nginx_dir = out / "nginx"
+        nginx_dir.mkdir(exist_ok=True)
+        cfg = (REPO / "bench" / "nginx.conf").read_text()
+        cfg = (cfg.replace("@LISTEN_PORT@", str(port)).replace("@UPSTREAM_PORT@", str(stub_port))
+               .replace("@DIR@", str(nginx_dir)))
+        (nginx_dir / "nginx.conf").write_text(cfg)
+        p = start("nginx", [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(nginx_dir / "nginx.conf"),
+                            "-e", "stderr"], logs)
+        targets.append(Target("nginx", f"nginx {nginx_version()} pass-through", port, p))
     if "guard" in chosen:
         port, admin = free_port(), free_port()
         p = start("guard", [

