@@ -11,38 +11,21 @@
 //! is run, so the strict JSON reader and the route extraction of the proxy
 //! are on the path.
 
+#[path = "common/profile_model.rs"]
+mod profile_model;
 #[path = "common/shared.rs"]
 mod shared;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use profile_model::{model_dir, server_info_defaults};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Profiles whose encoder this build does not have yet: every case must be
 /// refused as `server_config_unmodelled` (never counted the Jinja way).
 const PENDING_ENCODERS: &[&str] = &[];
-
-fn server_info_defaults() -> Value {
-    let text = include_str!("data/server_info_defaults.json");
-    serde_json::from_str(text).expect("server_info_defaults.json is JSON")
-}
-
-/// The fixture's files, linked into a fresh directory, plus `config.json`.
-fn model_dir(shared: &Path, fixture: &str, config: &Value, into: &Path) -> PathBuf {
-    let dir = into.join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = shared.join("tokenizers").join(fixture);
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let entry = entry.unwrap();
-        std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    if !dir.join("config.json").exists() {
-        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    }
-    dir
-}
 
 struct Case {
     name: String,

@@ -20,6 +20,8 @@
 //! A case a release refuses is not checked: forwarding it is harmless (the
 //! server refuses it); only counting too little could matter.
 
+#[path = "common/profile_model.rs"]
+mod profile_model;
 #[path = "common/shared.rs"]
 mod shared;
 
@@ -28,6 +30,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use profile_model::{model_dir, server_info_defaults};
 use serde_json::{Map, Value};
 
 /// What `gen_versions.py` writes for a profile the guard refuses on that release.
@@ -194,27 +197,6 @@ fn counts_equal_each_older_release_on_every_chat_case() {
         differs_from_reference > 0,
         "the older releases' tool prompts were not exercised"
     );
-}
-
-/// SGLang's `/server_info` defaults (`tests/data/server_info_defaults.json`).
-fn server_info_defaults() -> Value {
-    let text = include_str!("data/server_info_defaults.json");
-    serde_json::from_str(text).expect("server_info_defaults.json is JSON")
-}
-
-/// The fixture's files, linked into a fresh directory, plus `config.json`
-/// (as `tests/profiles.rs` builds it).
-fn model_dir(shared: &Path, fixture: &str, config: &Value, into: &Path) -> PathBuf {
-    let dir = into.join("model");
-    std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(shared.join("tokenizers").join(fixture)).unwrap() {
-        let entry = entry.unwrap();
-        std::os::unix::fs::symlink(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
-    if !dir.join("config.json").exists() {
-        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-    }
-    dir
 }
 
 /// The profile's 0.5.23 golden counts (`shared/goldens/profiles/NAME.jsonl`).
