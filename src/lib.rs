@@ -14,15 +14,16 @@
 //! `metrics`/`policy`).
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod conn;
+pub mod core;
 pub mod count;
 pub mod demo;
 pub mod errors;
 pub mod ext;
-pub mod gate;
-pub mod guard;
 pub mod hub;
 pub mod inspect;
 pub mod load;

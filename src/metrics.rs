@@ -202,7 +202,7 @@ impl Metrics {
         self.reloads.inc(&[outcome]);
     }
 
-    /// `mode`: `gate::Mode::label()`, a closed set.
+    /// `mode`: `core::Mode::label()`, a closed set.
     pub fn request(&self, mode: &str, route: &str, model: &str, decision: Decision) {
         self.requests.inc(&[mode, route, model, decision.label()]);
     }
