@@ -99,7 +99,7 @@ impl Runtime {
         }))
     }
 
-    /// What the listeners serve; see [`crate::server::serve`].
+    /// What the listeners serve; see `server::serve`.
     pub fn apps(&self) -> Arc<Apps> {
         self.apps.clone()
     }

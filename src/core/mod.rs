@@ -41,7 +41,7 @@ pub use record::{observe, Record, OTHER_ROUTE};
 pub use request::X_ENVOY_AUTH_PARTIAL_BODY;
 
 /// What deciding needs: the guard (models, limits, counting) and the two
-/// request-level settings. One per [`crate::app::App`], replaced with it on
+/// request-level settings. One per `app::App`, replaced with it on
 /// reload.
 pub struct Gate {
     pub guard: Guard,

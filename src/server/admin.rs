@@ -26,7 +26,7 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
             let mut r = text(
                 StatusCode::OK,
                 app.metrics
-                    .render_with_workers(&app.gate.guard.profiles().snapshot(), &workers),
+                    .render_with_workers(&app.gate.guard.profiles().gauges(), &workers),
             );
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

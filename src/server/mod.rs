@@ -179,6 +179,8 @@ impl ProxyLoops {
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
         let (release, released) = tokio::sync::watch::channel(false);
+        // The loops log where the thread that starts them logs.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let mut loops = Self {
             drained: Vec::with_capacity(count),
             release,
@@ -187,6 +189,7 @@ impl ProxyLoops {
         for n in 1..=count {
             let listener = listener.try_clone()?;
             let (apps, stopped, released) = (apps.clone(), stop.clone(), released.clone());
+            let dispatch = dispatch.clone();
             let (done, drained) = tokio::sync::oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -195,7 +198,9 @@ impl ProxyLoops {
                 .name(format!("proxy-loop-{n}"))
                 .spawn(move || {
                     crate::proxy::set_event_loop(n);
-                    runtime.block_on(proxy_loop(listener, apps, stopped, done, released));
+                    tracing::dispatcher::with_default(&dispatch, || {
+                        runtime.block_on(proxy_loop(listener, apps, stopped, done, released))
+                    });
                 })?;
             loops.drained.push(drained);
             loops.threads.push(thread);
