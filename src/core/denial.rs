@@ -55,9 +55,6 @@ pub fn external_status(reason: &Reason) -> StatusCode {
     }
 }
 
-/// Metrics and the decision-log line for one answered request, the same for
-/// every mode. `reason` is the refusal, or for an allowed request the
-
 #[cfg(test)]
 mod tests {
     use super::*;

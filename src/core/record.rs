@@ -74,6 +74,9 @@ impl Record {
     }
 }
 
+/// Metrics and the decision-log line for one answered request, the same for
+/// every mode. `reason` is the refusal, or for an allowed request the
+/// upstream's failure (proxy only); `status` is what the adapter answered.
 pub fn observe(
     metrics: &Metrics,
     rec: &Record,

@@ -30,8 +30,7 @@ use crate::proxy::Client;
 ///    Each step can refuse, and a refusal stops the request before a byte
 ///    reaches upstream;
 /// 3. the response: the upstream's, streamed, or a refusal built by
-///    `core::Denial` (`errors::Refusal`), the one place that decides status
-///    and body;
+///    `core::Denial` (status and body from `errors::Reason`);
 /// 4. metrics and the decision log (`core::observe`), once per request, at
 ///    response headers.
 pub async fn handle(

@@ -74,7 +74,7 @@ impl Authorization for Authz {
             }
         };
         core::observe(
-            &&app.metrics,
+            &app.metrics,
             &rec,
             outcome.as_ref().err(),
             &request_id,
