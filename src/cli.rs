@@ -19,6 +19,7 @@ use crate::inspect::{self, json as strict_json, Route};
 use crate::load::{counter_for_server, read_server_settings, ServerFlags};
 use crate::policy::NotServed;
 use crate::reload::{ConfigSource, Runtime};
+use crate::server::Listeners;
 use crate::signal::shutdown_signal;
 use tokio::net::TcpListener;
 
@@ -520,9 +521,10 @@ fn count_file(
     })
 }
 
-/// `prefill-guard serve`: load every model, bind both listeners, then run
-/// until SIGTERM or Ctrl-C and drain in-flight requests. SIGHUP reloads the
-/// configuration from `source` (see [`crate::reload`]).
+/// `prefill-guard serve`: load every model, bind every listener, then serve
+/// them ([`crate::server::serve`]) until SIGTERM or Ctrl-C and drain
+/// in-flight requests. SIGHUP reloads the configuration from `source` (see
+/// [`crate::reload`]).
 pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     // Held to the end of `serve`: dropping it writes the queued log lines.
     let _log = crate::logging::init(config.log_format)?;
@@ -533,84 +535,28 @@ pub async fn serve(config: Config, source: ConfigSource) -> anyhow::Result<()> {
     #[cfg(unix)]
     let sighup = runtime.listen_for_sighup()?;
     let terminate = shutdown_signal();
-    // Bound by tokio (SO_REUSEADDR, so a restart can rebind at once), then
-    // handed to the loops as a non-blocking std socket.
-    let proxy = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("listen {}: {e}", config.listen))?
-        .into_std()?;
-    let listen = proxy.local_addr()?;
-    // One signal stops every listener and event loop; they drain together.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    // The proxy port gets threads of its own; this one keeps the admin port,
-    // authorization, reloads and signals, so a flood of bodies on the proxy
-    // port never delays a liveness probe behind them.
-    let loops =
-        crate::server::ProxyLoops::start(&proxy, config.io_threads, runtime.apps(), &stopped)?;
-    drop(proxy);
-    let admin = TcpListener::bind(config.admin_listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("admin-listen {}: {e}", config.admin_listen))?;
-    let grpc = match config.grpc_listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("grpc-listen {addr}: {e}"))?,
-        ),
-        None => None,
+    // Bound by tokio (SO_REUSEADDR, so a restart can rebind at once).
+    let listeners = Listeners {
+        proxy: bind("listen", config.listen).await?,
+        admin: bind("admin-listen", config.admin_listen).await?,
+        grpc: bind_some("grpc-listen", config.grpc_listen).await?,
+        authz: bind_some("authz-listen", config.authz.listen).await?,
     };
-    let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
-    let authz = match config.authz.listen {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("authz-listen {addr}: {e}"))?,
-        ),
-        None => None,
-    };
-    let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
-    tracing::info!(
-        listen = %listen,
-        admin_listen = %admin.local_addr()?,
-        grpc_listen = grpc_addr.map(tracing::field::display),
-        authz_listen = authz_addr.map(tracing::field::display),
-        upstream = %config.upstream,
-        prefill_urls = config.prefill_urls.len(),
-        io_threads = config.io_threads,
-        count_workers = config.count_workers,
-        "prefill-guard serving"
-    );
-    // The gRPC listener drains alongside the proxy.
-    let grpc = grpc.map(|listener| {
-        let mut stopped = stopped.clone();
-        let until = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        tokio::spawn(crate::ext::grpc::serve(listener, runtime.apps(), until))
-    });
-    let signal = async move {
-        terminate.await;
-        let _ = stop.send(true);
-    };
-    let listeners = crate::server::Listeners {
-        proxy: None,
-        admin,
-        authz,
-    };
-    let served = crate::server::run_listeners(listeners, runtime.apps(), signal).await;
-    loops.join().await;
-    if let Some(grpc) = grpc {
-        // Streams still open after the grace are dropped with the process.
-        if let Ok(Ok(Err(e))) = tokio::time::timeout(config.shutdown_grace, grpc).await {
-            tracing::error!(error = %e, "the gRPC listener failed");
-        }
-    }
+    let served = crate::server::serve(listeners, runtime, terminate).await;
     #[cfg(unix)]
     sighup.abort();
-    runtime.stop().await;
-    served?;
-    // The last line: an operator reading the log knows the drain finished
-    // and the exit was clean (status 0), not a kill mid-drain.
-    tracing::info!("prefill-guard stopped: drained, exiting");
-    Ok(())
+    served
+}
+
+async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("{flag} {addr}: {e}"))
+}
+
+async fn bind_some(flag: &str, addr: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    match addr {
+        Some(addr) => bind(flag, addr).await.map(Some),
+        None => Ok(None),
+    }
 }

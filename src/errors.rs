@@ -1,5 +1,6 @@
-//! Every refusal the guard can give, and the one place that turns it into an
-//! HTTP status, a body in the route's native error shape and a metric label.
+//! Every refusal the guard can give, with its HTTP status, its body in the
+//! route's native error shape and its metric label. The external modes
+//! answer some of them with another status (`core::external_status`).
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -148,11 +149,6 @@ impl Reason {
         }
     }
 
-    /// Refusals that are the guard's or upstream's fault rather than the client's.
-    pub fn is_server_side(&self) -> bool {
-        self.status().is_server_error()
-    }
-
     /// The client-facing message. Never contains prompt text: only counts,
     /// limits, names of fields and routes.
     pub fn message(&self, route: Option<Route>) -> String {
@@ -288,31 +284,6 @@ fn too_long_message(tokens: &str, limit: usize, route: Option<Route>) -> String 
             "This model's maximum context length is {limit} tokens. However, your messages \
                  resulted in {tokens} tokens. Please reduce the length of the messages."
         ),
-    }
-}
-
-/// A refusal bound to the route it happened on (so the body takes that route's shape).
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub reason: Reason,
-    pub route: Option<Route>,
-}
-
-impl Refusal {
-    pub fn new(reason: Reason, route: Option<Route>) -> Self {
-        Self { reason, route }
-    }
-
-    pub fn status(&self) -> StatusCode {
-        self.reason.status()
-    }
-
-    pub fn body(&self) -> Bytes {
-        self.reason.body(self.route)
-    }
-
-    pub fn label(&self) -> &'static str {
-        self.reason.label()
     }
 }
 

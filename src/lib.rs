@@ -1,28 +1,31 @@
 //! prefill-guard: refuses prompts that SGLang's prefill KV pool cannot hold,
 //! counted exactly as SGLang 0.5.23 counts them, before a byte reaches upstream.
 //!
-//! The flow is one way: `server` (listeners) → `inspect` (HTTP request → prompt
-//! units, or a refusal) → `count` (units → token counts; no HTTP in there) →
-//! `policy` (counts + limit → verdict) → `proxy` (forward the checked body) or
-//! `errors` (refusal → status, body, metric label). `gate` (the request
-//! head: route class, encodings) and `guard` (the body: inspect, count,
-//! decide) are the decision core every adapter (`server`'s proxy, `ext`'s
-//! ext_authz / ext_proc) shares. `route` is the route table all of them
-//! read; `load`, `hub` and `reload` bring models in; `signal` stops the
-//! process. `scripts/import-cycles.py` lists the top-level modules that
-//! still use each other in circles (three pairs, around `server::App` and
-//! `metrics`/`policy`).
+//! The flow is one way: `server` (the listeners; `server::serve` is the
+//! one assembly `cli`, the tests and the demo call) and `ext` (ext_authz
+//! and ext_proc adapters), over `conn` (framing, client timeouts, body
+//! budget) → `core` (the decision core every adapter shares: the
+//! request-level step, then the body-level `Guard`: `inspect` (HTTP request
+//! → prompt units, or a refusal) → `count` (units → token counts; no HTTP
+//! in there) → `policy` (counts + limit → verdict), and one `Record` per
+//! request for metrics and the decision log) → `proxy` (forward the checked
+//! body) or `errors` (refusal → status, body, metric label). `app` is the
+//! running state each request takes (`App`, swapped whole on reload);
+//! `route` is the route table all of them read; `load`, `hub` and `reload`
+//! bring models in; `signal` stops the process. `scripts/import-cycles.py`
+//! checks that no two top-level modules use each other (none do).
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod config;
+pub mod conn;
+pub mod core;
 pub mod count;
 pub mod demo;
 pub mod errors;
 pub mod ext;
-pub mod gate;
-pub mod guard;
 pub mod hub;
 pub mod inspect;
 pub mod load;

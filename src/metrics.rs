@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::count::cache::CacheCounters;
-use crate::policy::Profile;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -202,7 +201,7 @@ impl Metrics {
         self.reloads.inc(&[outcome]);
     }
 
-    /// `mode`: `gate::Mode::label()`, a closed set.
+    /// `mode`: `core::Mode::label()`, a closed set.
     pub fn request(&self, mode: &str, route: &str, model: &str, decision: Decision) {
         self.requests.inc(&[mode, route, model, decision.label()]);
     }
@@ -244,7 +243,7 @@ impl Metrics {
 
     /// The text exposition. `profiles` are read at scrape time because they
     /// may change while the guard runs (discovery, reload).
-    pub fn render(&self, profiles: &[(String, Arc<Profile>)]) -> String {
+    pub fn render(&self, profiles: &[ModelGauges]) -> String {
         self.render_with_workers(profiles, &[])
     }
 
@@ -252,7 +251,7 @@ impl Metrics {
     /// per-worker gauges appear only when there are workers).
     pub fn render_with_workers(
         &self,
-        profiles: &[(String, Arc<Profile>)],
+        profiles: &[ModelGauges],
         workers: &[WorkerSample],
     ) -> String {
         let mut out = String::new();
@@ -269,7 +268,7 @@ impl Metrics {
             "The effective max_req_input_len per model: prompts with L >= it are refused.",
             "gauge",
         );
-        for (model, limit) in profiles.iter().filter_map(|(m, p)| Some((m, p.limit?))) {
+        for (model, limit) in profiles.iter().filter_map(|p| Some((&p.model, p.limit?))) {
             let _ = writeln!(
                 out,
                 "prefill_guard_limit_tokens{} {limit}",
@@ -380,10 +379,27 @@ fn render_count_cache(out: &mut String, c: &CacheCounters) {
     }
 }
 
+/// What `/metrics` shows of one model's profile (`policy::Profiles::gauges`),
+/// read at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct ModelGauges {
+    pub model: String,
+    /// The limit in force, if known.
+    pub limit: Option<usize>,
+    /// Counted and judged now (a limit and a counter).
+    pub ready: bool,
+    /// No prefill worker serves the name.
+    pub unserved: bool,
+    /// Each server setting that differs from SGLang's default, as shown.
+    pub settings: Vec<(&'static str, String)>,
+    /// Why the model cannot be counted: the kind, and the settings at fault.
+    pub mismatch: Option<(&'static str, Vec<&'static str>)>,
+}
+
 /// Readiness and the server configuration each model is counted under.
 /// The label values are setting names (a closed set) and the operator's own
 /// server settings (bounded by the configured models), never client input.
-fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
+fn render_profiles(out: &mut String, profiles: &[ModelGauges]) {
     header(
         out,
         "prefill_guard_models_unserved",
@@ -391,7 +407,7 @@ fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
          the name): their requests get 503. See model_ready and the log line naming the model.",
         "gauge",
     );
-    let unserved = profiles.iter().filter(|(_, p)| p.unserved).count();
+    let unserved = profiles.iter().filter(|p| p.unserved).count();
     let _ = writeln!(out, "prefill_guard_models_unserved {unserved}");
     header(
         out,
@@ -400,12 +416,12 @@ fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
          or its server configuration cannot be counted exactly (see server_config_mismatch).",
         "gauge",
     );
-    for (model, p) in profiles {
-        let ready = u8::from(p.not_ready().is_none());
+    for p in profiles {
+        let ready = u8::from(p.ready);
         let _ = writeln!(
             out,
             "prefill_guard_model_ready{} {ready}",
-            labels(&["model"], &[model], None)
+            labels(&["model"], &[&p.model], None)
         );
     }
     header(
@@ -415,15 +431,15 @@ fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
          default, as the model is counted under it.",
         "gauge",
     );
-    for (model, p) in profiles {
-        for (setting, value) in p.settings.iter() {
-            let value = crate::count::serving::show(value);
+    for p in profiles {
+        let model = &p.model;
+        for (setting, value) in &p.settings {
             let _ = writeln!(
                 out,
                 "prefill_guard_server_config_info{} 1",
                 labels(
                     &["model", "setting", "value"],
-                    &[model, setting, &value],
+                    &[model, setting, value],
                     None
                 )
             );
@@ -437,15 +453,15 @@ fn render_profiles(out: &mut String, profiles: &[(String, Arc<Profile>)]) {
          sampled check counted fewer tokens than the server).",
         "gauge",
     );
-    for (model, p) in profiles {
-        if let Err(why) = &p.counter {
-            for setting in why.settings() {
+    for p in profiles {
+        if let Some((kind, settings)) = &p.mismatch {
+            for setting in settings {
                 let _ = writeln!(
                     out,
                     "prefill_guard_server_config_mismatch{} 1",
                     labels(
                         &["model", "setting", "kind"],
-                        &[model, setting, why.kind()],
+                        &[&p.model, setting, kind],
                         None
                     )
                 );
@@ -722,14 +738,14 @@ impl HistogramVec {
 mod tests {
     use super::*;
 
-    /// A profile with only a limit (no counter: rendering never needs one).
-    fn test_profile(model: &str, limit: usize) -> (String, Arc<Profile>) {
-        let none = crate::policy::NotServed::Unmodelled(Vec::new());
-        let settings = crate::count::serving::Observed::default();
-        (
-            model.to_string(),
-            Arc::new(Profile::new(Some(limit), Err(none), settings)),
-        )
+    /// A profile with only a limit and no counter (unmodelled, nothing listed).
+    fn test_profile(model: &str, limit: usize) -> ModelGauges {
+        ModelGauges {
+            model: model.to_string(),
+            limit: Some(limit),
+            mismatch: Some(("unmodelled", Vec::new())),
+            ..ModelGauges::default()
+        }
     }
 
     #[test]

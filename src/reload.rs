@@ -23,14 +23,14 @@ use anyhow::Context as _;
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
+use crate::app::{App, Apps};
 use crate::config::{Config, ConfigError, RawConfig};
+use crate::core::Guard;
 use crate::count::cache::CountCache;
 use crate::count::Clock;
-use crate::guard::Guard;
 use crate::metrics::Metrics;
 use crate::policy::discovery::{self, Discovery, ModelSpec};
 use crate::policy::{profile, Profile, Profiles};
-use crate::server::{App, Apps};
 
 /// How long one discovery request may take (connect, answer, body).
 const DISCOVERY_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -99,7 +99,7 @@ impl Runtime {
         }))
     }
 
-    /// What the listeners serve; see [`crate::server::run_swappable`].
+    /// What the listeners serve; see `server::serve`.
     pub fn apps(&self) -> Arc<Apps> {
         self.apps.clone()
     }
@@ -107,6 +107,11 @@ impl Runtime {
     /// The state new requests get.
     pub fn current(&self) -> Arc<App> {
         self.apps.load_full()
+    }
+
+    /// The configuration the current state was built from.
+    pub async fn config(&self) -> Config {
+        self.current.lock().await.config.clone()
     }
 
     /// Re-reads the configuration and tokenizers and swaps the new state in.
@@ -122,6 +127,7 @@ impl Runtime {
                 tracing::info!(
                     took_ms = started.elapsed().as_millis() as u64,
                     limits = %app
+                        .gate
                         .guard
                         .profiles()
                         .limits()
@@ -155,13 +161,14 @@ impl Runtime {
             }
         }
         let old = self.apps.load();
-        let lost: Vec<String> = built
+        // A model the running state has a limit for and the new one has not.
+        let lost: Vec<&str> = built
             .app
+            .gate
             .guard
-            .model_names()
-            .filter(|m| old.guard.profiles().limit(m).is_some())
-            .filter(|m| built.app.guard.profiles().limit(m).is_none())
-            .map(str::to_string)
+            .models_without_limit()
+            .into_iter()
+            .filter(|m| old.gate.guard.profiles().limit(m).is_some())
             .collect();
         if !lost.is_empty() {
             let pending = built

@@ -86,13 +86,13 @@ async fn send_marked_requests(g: &Guarded) -> usize {
 #[tokio::test]
 async fn prompts_never_reach_the_logs() {
     let global = global_sink();
-    let mut g = start(Options {
+    let options = || Options {
         limit: 8,
         ..Options::default()
-    })
-    .await;
+    };
 
-    // The human format, for everything logged on this (the runtime's) thread.
+    // The human format, for everything logged on this (the runtime's)
+    // thread and on the proxy's event loops it starts.
     let human = Sink::default();
     let writer = human.clone();
     let human_sent = {
@@ -101,9 +101,13 @@ async fn prompts_never_reach_the_logs() {
             "trace",
             move || writer.clone(),
         ));
-        send_marked_requests(&g).await
+        let mut g = start(options()).await;
+        let sent = send_marked_requests(&g).await;
+        g.shutdown().await.unwrap();
+        sent
     };
     // Then JSON, through the global subscriber.
+    let mut g = start(options()).await;
     let json_sent = send_marked_requests(&g).await;
     g.shutdown().await.unwrap();
 

@@ -9,7 +9,7 @@ mod common;
 use serde_json::{json, Value};
 
 use common::{start_mock, words, MODEL};
-use prefill_guard::guard::INLINE_MAX_BYTES;
+use prefill_guard::core::INLINE_MAX_BYTES;
 
 const LIMIT: usize = 5_000;
 

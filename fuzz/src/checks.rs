@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use prefill_guard::conn::framing::Sniffer;
 use prefill_guard::count::model::CheckpointTemplates;
 use prefill_guard::count::py::json_loads;
 use prefill_guard::count::template::RenderContext;
@@ -24,7 +25,6 @@ use prefill_guard::count::{
 use prefill_guard::inspect::json::{canonical, parse_strict};
 use prefill_guard::inspect::path::canonical_path;
 use prefill_guard::inspect::{extract as extract_units, Route};
-use prefill_guard::server::framing::Sniffer;
 use serde_json::{json, Map, Value};
 
 /// The fixture directory (`PREFILL_GUARD_SHARED`, else `../shared` beside the repo).

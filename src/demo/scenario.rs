@@ -359,7 +359,7 @@ pub struct DemoGuard {
     pub addr: SocketAddr,
     runtime: Arc<Runtime>,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
 impl DemoGuard {
@@ -395,14 +395,16 @@ impl DemoGuard {
         let admin = TcpListener::bind("127.0.0.1:0").await?;
         let (addr, admin_addr) = (proxy.local_addr()?, admin.local_addr()?);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(crate::server::run_swappable(
+        // The guard as `serve` assembles it, on loopback ports.
+        let listeners = crate::server::Listeners {
             proxy,
             admin,
-            runtime.apps(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
+            grpc: None,
+            authz: None,
+        };
+        let task = tokio::spawn(crate::server::serve(listeners, runtime.clone(), async {
+            let _ = stopped.await;
+        }));
         // Ready once discovery has read the prefill worker's limit.
         let client = reqwest::Client::builder().no_proxy().build()?;
         let deadline = Instant::now() + Duration::from_secs(30);

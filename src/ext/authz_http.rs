@@ -25,7 +25,7 @@
 //!
 //! Answers: `200` with an empty body to allow (with `x-prefill-guard-tokens`
 //! when the prompt was counted). Anything else is a deny with the refusal the
-//! proxy would have answered (`gate::Denial`): the route's native status and
+//! proxy would have answered (`core::Denial`): the route's native status and
 //! JSON error body, except that a deny is never a 5xx (Envoy would read it as
 //! the service failing, and `failure_mode_allow` turns that into an allow).
 //! This listener answers nothing but decisions: no health or metrics here
@@ -40,13 +40,13 @@ use http_body::Body as _;
 use http_body_util::Full;
 use hyper::body::Incoming;
 
+use crate::app::App;
 use crate::config::AuthzStyle;
+use crate::conn::framing;
+use crate::core::{self, Denial, Head, Mode, Record};
 use crate::errors::Reason;
-use crate::gate::{self, Denial, Head, Mode, Record};
 use crate::inspect::RouteClass;
 use crate::proxy::headers::X_REQUEST_ID;
-use crate::server::framing;
-use crate::server::App;
 
 /// On an allow: the prompt's token count (the largest unit of a batch), for
 /// Envoy's `allowed_upstream_headers` or Traefik's `authResponseHeaders`.
@@ -56,7 +56,7 @@ const X_FORWARDED_METHOD: &str = "x-forwarded-method";
 const X_FORWARDED_URI: &str = "x-forwarded-uri";
 
 /// One check request, from arrival to the answer; metrics and the decision
-/// log line are written by `gate::observe` as for the proxy.
+/// log line are written by `core::observe` as for the proxy.
 pub async fn handle(
     app: &App,
     request_id: HeaderValue,
@@ -73,8 +73,8 @@ pub async fn handle(
         Ok(()) => allow(&rec),
         Err(reason) => deny(reason, &rec, body_pending, &request_id),
     };
-    gate::observe(
-        app,
+    core::observe(
+        &app.metrics,
         &rec,
         outcome.as_ref().err(),
         request_id.to_str().unwrap_or_default(),
@@ -103,20 +103,22 @@ async fn check(
         target: &target,
         headers: req.headers(),
     };
-    let class = gate::classify(app, &head, rec)?;
+    let class = app.gate.classify(&head, rec)?;
     let (parts, body) = req.into_parts();
-    let (body, _reservation) = crate::server::budget::read_within(
+    let (body, _reservation) = crate::conn::budget::read_within(
         body,
-        app.max_body_bytes,
+        app.gate.max_body_bytes,
         &app.body_budget,
-        crate::server::budget::BodyTimeouts::of(&app.client),
+        crate::conn::budget::BodyTimeouts::of(&app.client),
     )
     .await?;
     *body_pending = false;
     if app.authz.style == AuthzStyle::Traefik {
         refuse_probe_with_body(&method, &class, &body)?;
     }
-    gate::check_body(app, class, &parts.headers, body, rec).await?;
+    app.gate
+        .check_body(class, &parts.headers, body, rec)
+        .await?;
     rec.allowed = true;
     Ok(())
 }
@@ -252,7 +254,7 @@ fn deny(
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(gate::DENIAL_CONTENT_TYPE),
+        HeaderValue::from_static(core::DENIAL_CONTENT_TYPE),
     );
     h.insert(X_REQUEST_ID, request_id.clone());
     if let Some(secs) = denial.retry_after {

@@ -302,8 +302,31 @@ impl Profiles {
         v
     }
 
-    /// The models that cannot serve now, with why: readiness in one place
-    /// (`/readyz`, gRPC health and reload read it).
+    /// Every model's profile as `/metrics` shows it.
+    pub fn gauges(&self) -> Vec<crate::metrics::ModelGauges> {
+        self.snapshot()
+            .into_iter()
+            .map(|(model, p)| crate::metrics::ModelGauges {
+                ready: p.not_ready().is_none(),
+                limit: p.limit,
+                unserved: p.unserved,
+                settings: p
+                    .settings
+                    .iter()
+                    .map(|(s, v)| (s, crate::count::serving::show(v)))
+                    .collect(),
+                mismatch: p
+                    .counter
+                    .as_ref()
+                    .err()
+                    .map(|why| (why.kind(), why.settings())),
+                model,
+            })
+            .collect()
+    }
+
+    /// The models that cannot serve now, with why (`Guard::readiness`, which
+    /// `/readyz` and gRPC health read).
     pub fn not_ready(&self) -> Vec<(String, String)> {
         self.snapshot()
             .into_iter()

@@ -6,7 +6,7 @@ use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
-use super::App;
+use crate::app::App;
 use crate::metrics;
 
 pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
@@ -26,7 +26,7 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
             let mut r = text(
                 StatusCode::OK,
                 app.metrics
-                    .render_with_workers(&app.guard.profiles().snapshot(), &workers),
+                    .render_with_workers(&app.gate.guard.profiles().gauges(), &workers),
             );
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -47,7 +47,7 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
 /// guard models. Before that its requests would all be refused with 503.
 /// The body names each model that holds the pod back, or would.
 fn readiness(app: &App) -> Response<Full<Bytes>> {
-    let (ready, missing) = app.guard.readiness();
+    let (ready, missing) = app.gate.guard.readiness();
     let why: Vec<String> = missing
         .iter()
         .map(|(m, why)| format!("{m}: {why}"))

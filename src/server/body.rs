@@ -21,7 +21,7 @@ pub struct ResponseBody {
     inner: BoxBody<Bytes, BodyError>,
     _in_flight: InFlight,
     /// Keeps the connection from counting as idle while this is sent.
-    _busy: Option<super::conn::Busy>,
+    _busy: Option<crate::conn::Busy>,
 }
 
 impl ResponseBody {
@@ -56,7 +56,7 @@ impl ResponseBody {
     }
 
     /// Holds `busy` until the body is done.
-    pub fn holding(mut self, busy: super::conn::Busy) -> Self {
+    pub fn holding(mut self, busy: crate::conn::Busy) -> Self {
         self._busy = Some(busy);
         self
     }

@@ -1,5 +1,5 @@
 //! One request on the proxy port, from arrival to response headers: the
-//! proxy adapter over the shared decision core (`crate::gate`).
+//! proxy adapter over the shared decision core (`crate::core`).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -12,9 +12,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::body::ResponseBody;
-use super::App;
+use crate::app::App;
+use crate::core::{self, Admit, Denial, Head, Mode, Record};
 use crate::errors::Reason;
-use crate::gate::{self, Admit, Denial, Head, Mode, Record};
 use crate::inspect::Route;
 use crate::metrics::InFlight;
 use crate::proxy::headers;
@@ -25,14 +25,13 @@ use crate::proxy::Client;
 /// 1. in-flight accounting: first, so the gauge covers everything below and
 ///    a streamed answer until its last byte;
 /// 2. [`guard_and_forward`]: framing → the shared decision core
-///    (`gate::classify`: canonical path → route class → header checks;
-///    capped body read; `gate::check_body`: count and policy) → forward.
+///    (`Gate::classify`: canonical path → route class → header checks;
+///    capped body read; `Gate::check_body`: count and policy) → forward.
 ///    Each step can refuse, and a refusal stops the request before a byte
 ///    reaches upstream;
 /// 3. the response: the upstream's, streamed, or a refusal built by
-///    `gate::Denial` (`errors::Refusal`), the one place that decides status
-///    and body;
-/// 4. metrics and the decision log (`gate::observe`), once per request, at
+///    `core::Denial` (status and body from `errors::Reason`);
+/// 4. metrics and the decision log (`core::observe`), once per request, at
 ///    response headers.
 pub async fn handle(
     app: &App,
@@ -75,8 +74,8 @@ pub async fn handle(
             Some(reason),
         ),
     };
-    gate::observe(
-        app,
+    core::observe(
+        &app.metrics,
         &rec,
         reason.as_ref(),
         request_id.to_str().unwrap_or_default(),
@@ -103,30 +102,34 @@ async fn guard_and_forward(
     body_pending: &mut bool,
 ) -> Result<Response<Incoming>, Reason> {
     // Framing first: a request whose framing is ambiguous is refused whatever
-    // its route, and its connection closed (`super::framing`).
-    super::framing::check_verdict(&req)?;
-    super::framing::check_headers(req.version(), req.headers())?;
+    // its route, and its connection closed (`crate::conn::framing`).
+    crate::conn::framing::check_verdict(&req)?;
+    crate::conn::framing::check_headers(req.version(), req.headers())?;
     let target = request_target(&req);
     let head = Head {
         method: req.method(),
         target: &target,
         headers: req.headers(),
     };
-    let class = gate::classify(app, &head, rec)?;
+    let class = app.gate.classify(&head, rec)?;
     let query = req.uri().query().map(str::to_string);
     drop(target);
     let (mut parts, body) = req.into_parts();
     // Held until the upstream has answered, so the budget counts this body
     // while the guard and the forwarding hold it.
-    let (body, _reservation) = super::budget::read_within(
+    let (body, _reservation) = crate::conn::budget::read_within(
         body,
-        app.max_body_bytes,
+        app.gate.max_body_bytes,
         &app.body_budget,
-        super::budget::BodyTimeouts::of(&app.client),
+        crate::conn::budget::BodyTimeouts::of(&app.client),
     )
     .await?;
     *body_pending = false;
-    let checked = match gate::check_body(app, class, &parts.headers, body, rec).await? {
+    let checked = match app
+        .gate
+        .check_body(class, &parts.headers, body, rec)
+        .await?
+    {
         // Only the canonical body the guard parsed is forwarded. The query
         // string is dropped: SGLang's inspected routes read none, and the
         // guard forwards only what it has checked.
@@ -226,7 +229,7 @@ fn refusal(
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(gate::DENIAL_CONTENT_TYPE),
+        HeaderValue::from_static(core::DENIAL_CONTENT_TYPE),
     );
     h.insert(headers::X_REQUEST_ID, request_id.clone());
     if let Some(secs) = denial.retry_after {

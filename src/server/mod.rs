@@ -1,13 +1,12 @@
 //! The listeners: the proxy port (HTTP/1.1 and h2c) in front of SGLang, the
-//! admin port (metrics, liveness, readiness) and, when configured, the HTTP
-//! authorization port (`ext::authz_http`). `run` takes listeners that are
-//! already bound, so tests start the real server on `127.0.0.1:0`.
+//! admin port (metrics, liveness, readiness) and, when configured, the gRPC
+//! port (`ext::grpc`) and the HTTP authorization port (`ext::authz_http`).
+//! [`serve`] is the one assembly: `cli::serve` binds the configured
+//! addresses and calls it; the tests and the demo bind `127.0.0.1:0` and
+//! call it the same way.
 
 mod admin;
 pub(crate) mod body;
-pub mod budget;
-pub mod conn;
-pub mod framing;
 mod handler;
 mod models;
 
@@ -17,7 +16,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -28,165 +26,105 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::config::{Config, ConfigError};
-use crate::guard::Guard;
-use crate::metrics::Metrics;
-use crate::policy::discovery::Discovery;
-use crate::proxy::{Client, Upstream};
+use crate::app::Apps;
+use crate::conn::{self, framing};
+use crate::proxy::Client;
+use crate::reload::Runtime;
 
 pub use body::ResponseBody;
 
-/// Everything a request needs, shared by every connection. A reload builds a
-/// new `App` and swaps it in ([`Apps`]); a request keeps the `App` it started
-/// with until its response is done.
-pub struct App {
-    pub guard: Guard,
-    pub upstream: Upstream,
-    /// Shared across reloads, so counters keep counting.
-    pub metrics: Arc<Metrics>,
-    pub max_body_bytes: usize,
-    /// Bytes of request bodies buffered at once (`budget.rs`).
-    pub body_budget: Arc<budget::BodyBudget>,
-    pub shutdown_grace: Duration,
-    /// Client timeouts and connection limits.
-    pub client: crate::config::ClientLimits,
-    /// Lower each model's `max_model_len` in `GET /v1/models` answers to the
-    /// guard's limit.
-    pub rewrite_models_max_len: bool,
-    /// Canonical paths forwarded uninspected (`allow_routes`).
-    pub allow_routes: crate::inspect::allow::AllowList,
-    /// The prefill workers' last answers, for `/metrics` (`None`: static limits only).
-    pub discovery: Option<Arc<Discovery>>,
-    /// How the HTTP authorization listener reads check requests (its
-    /// address is in `listen`, fixed at start; the rest follows reloads).
-    pub authz: crate::config::AuthzConfig,
-}
-
-/// The current [`App`], swapped whole on reload.
-pub type Apps = ArcSwap<App>;
-
-impl App {
-    /// The guard is built by the caller (it loads tokenizers); the rest comes
-    /// from the configuration.
-    pub fn new(config: &Config, guard: Guard) -> Result<Self, ConfigError> {
-        Self::assemble(
-            config,
-            guard,
-            Arc::new(Metrics::new(env!("CARGO_PKG_VERSION"))),
-            None,
-        )
-    }
-
-    /// [`App::new`] with metrics that outlive it (reload) and discovery.
-    pub fn assemble(
-        config: &Config,
-        guard: Guard,
-        metrics: Arc<Metrics>,
-        discovery: Option<Arc<Discovery>>,
-    ) -> Result<Self, ConfigError> {
-        let upstream = Upstream::new(
-            &config.upstream,
-            config.upstream_connect_timeout,
-            config.upstream_response_timeout,
-            config.upstream_idle_timeout,
-            // Loops 1..=io_threads, and 0 for every other thread.
-            config.io_threads + 1,
-        )
-        .map_err(ConfigError)?;
-        Ok(Self {
-            guard,
-            upstream,
-            metrics,
-            max_body_bytes: config.max_body_bytes,
-            body_budget: budget::BodyBudget::new(config.max_inflight_body_bytes),
-            shutdown_grace: config.shutdown_grace,
-            client: config.client,
-            rewrite_models_max_len: config.rewrite_models_max_len,
-            allow_routes: config.allow_routes.clone(),
-            discovery,
-            authz: config.authz.clone(),
-        })
-    }
-}
-
-/// Serves both listeners until `shutdown` resolves, then stops accepting and
-/// lets in-flight requests (SSE streams included) finish for up to
-/// `shutdown_grace`; connections still open after that are dropped.
-pub async fn run(
-    proxy: TcpListener,
-    admin: TcpListener,
-    app: Arc<App>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    run_swappable(proxy, admin, Arc::new(ArcSwap::new(app)), shutdown).await
-}
-
-/// [`run`] with an `App` that can be replaced while serving (reload): each
-/// request takes the current one when it arrives and keeps it to the end.
-pub async fn run_swappable(
-    proxy: TcpListener,
-    admin: TcpListener,
-    apps: Arc<Apps>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let listeners = Listeners {
-        proxy: Some(proxy),
-        admin,
-        authz: None,
-    };
-    run_listeners(listeners, apps, shutdown).await
-}
-
-/// Every HTTP listener `serve` binds.
+/// Every listener [`serve`] runs, bound by the caller.
 pub struct Listeners {
-    /// The proxy port, when this loop serves it (in-process tests); `serve`
-    /// leaves it to [`ProxyLoops`].
-    pub proxy: Option<TcpListener>,
+    /// The proxy port, served by [`ProxyLoops`] (`io_threads` event loops).
+    pub proxy: TcpListener,
+    /// Metrics and probes, on the caller's event loop.
     pub admin: TcpListener,
-    /// The HTTP authorization service (`--authz-listen`), if configured.
+    /// Envoy ext_authz and ext_proc over gRPC, and gRPC health (`grpc_listen`).
+    pub grpc: Option<TcpListener>,
+    /// The HTTP authorization service (`authz_listen`).
     pub authz: Option<TcpListener>,
 }
 
-/// [`run_swappable`] with every listener; all of them stop accepting at
-/// `shutdown` and drain under the same grace.
-pub async fn run_listeners(
+/// Serves `runtime`'s current [`crate::app::App`] on every listener until
+/// `shutdown` resolves, then stops accepting and lets in-flight requests
+/// (SSE streams included) finish for up to `shutdown_grace`; connections
+/// still open after that are dropped. Stops the runtime's discovery last.
+///
+/// The proxy port gets event loops of its own; the caller's loop keeps the
+/// admin port, authorization, reloads and signals, so a flood of bodies on
+/// the proxy port never delays a liveness probe behind them.
+pub async fn serve(
     listeners: Listeners,
-    apps: Arc<Apps>,
+    runtime: Arc<Runtime>,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
+) -> anyhow::Result<()> {
     let Listeners {
         proxy,
         admin,
+        grpc,
         authz,
     } = listeners;
+    let config = runtime.config().await;
+    let proxy = proxy.into_std()?;
+    let listen = proxy.local_addr()?;
+    // One signal stops every listener and event loop; they drain together.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let loops = ProxyLoops::start(&proxy, config.io_threads, runtime.apps(), &stopped)?;
+    drop(proxy);
+    let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
+    let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
+    tracing::info!(
+        listen = %listen,
+        admin_listen = %admin.local_addr()?,
+        grpc_listen = grpc_addr.map(tracing::field::display),
+        authz_listen = authz_addr.map(tracing::field::display),
+        upstream = %config.upstream,
+        prefill_urls = config.prefill_urls.len(),
+        io_threads = config.io_threads,
+        count_workers = config.count_workers,
+        "prefill-guard serving"
+    );
+    // The gRPC listener drains alongside the proxy.
+    let grpc = grpc.map(|listener| {
+        let mut stopped = stopped.clone();
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        tokio::spawn(crate::ext::grpc::serve(listener, runtime.apps(), until))
+    });
+    let signal = async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    };
+    let served = run_listeners(admin, authz, runtime.apps(), signal).await;
+    loops.join().await;
+    if let Some(grpc) = grpc {
+        // Streams still open after the grace are dropped with the process.
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(config.shutdown_grace, grpc).await {
+            tracing::error!(error = %e, "the gRPC listener failed");
+        }
+    }
+    runtime.stop().await;
+    served?;
+    // The last line: an operator reading the log knows the drain finished
+    // and the exit was clean (status 0), not a kill mid-drain.
+    tracing::info!("prefill-guard stopped: drained, exiting");
+    Ok(())
+}
+
+/// The admin and authorization listeners, on the caller's event loop; both
+/// stop accepting at `shutdown` and drain under the same grace.
+async fn run_listeners(
+    admin: TcpListener,
+    authz: Option<TcpListener>,
+    apps: Arc<Apps>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
     let (builder, admin_builder) = (connection_builder(true), connection_builder(false));
-    let (mut proxy_conns, mut admin_conns, mut authz_conns) =
-        (JoinSet::new(), JoinSet::new(), JoinSet::new());
-    let proxy_apps = apps.clone();
+    let (mut admin_conns, mut authz_conns) = (JoinSet::new(), JoinSet::new());
     let admin_apps = apps.clone();
     let authz_apps = apps.clone();
-    let proxy_accept = async {
-        match &proxy {
-            Some(l) => {
-                accept(
-                    l,
-                    &builder,
-                    &graceful,
-                    &mut proxy_conns,
-                    Some(Limited {
-                        listener: PROXY,
-                        apps: apps.clone(),
-                    }),
-                    move |peer, framing, activity| {
-                        proxy_service(proxy_apps.clone(), peer, framing, activity)
-                    },
-                )
-                .await
-            }
-            None => std::future::pending().await,
-        }
-    };
     let authz_accept = async {
         match &authz {
             Some(l) => {
@@ -209,12 +147,11 @@ pub async fn run_listeners(
         }
     };
     tokio::select! {
-        () = proxy_accept => {}
         () = accept(&admin, &admin_builder, &graceful, &mut admin_conns, None, move |_, _, _| admin_service(admin_apps.clone())) => {}
         () = authz_accept => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
-    drop((proxy, admin, authz));
+    drop((admin, authz));
     drain(graceful, apps.load().shutdown_grace).await;
     // Dropping the sets aborts whatever did not finish in time.
     Ok(())
@@ -242,6 +179,8 @@ impl ProxyLoops {
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
         let (release, released) = tokio::sync::watch::channel(false);
+        // The loops log where the thread that starts them logs.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let mut loops = Self {
             drained: Vec::with_capacity(count),
             release,
@@ -250,6 +189,7 @@ impl ProxyLoops {
         for n in 1..=count {
             let listener = listener.try_clone()?;
             let (apps, stopped, released) = (apps.clone(), stop.clone(), released.clone());
+            let dispatch = dispatch.clone();
             let (done, drained) = tokio::sync::oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -258,7 +198,9 @@ impl ProxyLoops {
                 .name(format!("proxy-loop-{n}"))
                 .spawn(move || {
                     crate::proxy::set_event_loop(n);
-                    runtime.block_on(proxy_loop(listener, apps, stopped, done, released));
+                    tracing::dispatcher::with_default(&dispatch, || {
+                        runtime.block_on(proxy_loop(listener, apps, stopped, done, released))
+                    });
                 })?;
             loops.drained.push(drained);
             loops.threads.push(thread);

@@ -22,7 +22,7 @@ use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::App;
+use crate::app::App;
 
 /// A model listing is a few hundred bytes per model.
 pub const MAX_LISTING_BYTES: usize = 1024 * 1024;
@@ -88,8 +88,8 @@ pub async fn clamp_listing(app: &App, response: Response<Incoming>) -> Response<
 /// The limit a listed model's prompts are refused at: with one served model
 /// every request is counted with it, whatever its name.
 fn limit_for(app: &App, id: &str) -> Option<usize> {
-    let profiles = app.guard.profiles();
-    let mut names = app.guard.model_names();
+    let profiles = app.gate.guard.profiles();
+    let mut names = app.gate.guard.model_names();
     match (names.next(), names.next()) {
         (Some(only), None) => profiles.limit(only),
         _ => profiles.limit(id),

@@ -1,6 +1,7 @@
-//! The guard as `serve` runs it: configuration from a TOML file, the
-//! `reload::Runtime` (discovery, SIGHUP reloads) and the swappable server, on
-//! `127.0.0.1:0`, in front of the recording mock SGLang.
+//! The guard as `serve` runs it, from a TOML file: the `reload::Runtime`
+//! (discovery, reloads) under `server::serve`, on `127.0.0.1:0`, in front of
+//! the recording mock SGLang. Unlike `common::start`, the test keeps the
+//! runtime, to reload it and read its current state.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,21 +53,20 @@ pub async fn start_live_with_upstream(upstream: Option<String>, extra: &str) -> 
     };
     let config = source.load().unwrap();
     let runtime = Runtime::start(config, source).await.unwrap();
-    let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listeners = server::Listeners {
+        proxy: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        admin: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        grpc: None,
+        authz: None,
+    };
     let (proxy, admin) = (
-        proxy_listener.local_addr().unwrap(),
-        admin_listener.local_addr().unwrap(),
+        listeners.proxy.local_addr().unwrap(),
+        listeners.admin.local_addr().unwrap(),
     );
     let (tx, rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(server::run_swappable(
-        proxy_listener,
-        admin_listener,
-        runtime.apps(),
-        async {
-            let _ = rx.await;
-        },
-    ));
+    let server = tokio::spawn(server::serve(listeners, runtime.clone(), async {
+        let _ = rx.await;
+    }));
     let g = Guarded {
         proxy,
         admin,
@@ -74,7 +74,7 @@ pub async fn start_live_with_upstream(upstream: Option<String>, extra: &str) -> 
         http: reqwest::Client::new(),
         shutdown: Some(tx),
         server: Some(server),
-        profiles: runtime.current().guard.profiles().clone(),
+        profiles: runtime.current().gate.guard.profiles().clone(),
         grpc: None,
         _model_dir: dir,
     };
@@ -94,7 +94,7 @@ impl Live {
 
     /// The demo model's limit in the state new requests get.
     pub fn limit(&self) -> Option<usize> {
-        self.runtime.current().guard.profiles().limit(MODEL)
+        self.runtime.current().gate.guard.profiles().limit(MODEL)
     }
 
     pub async fn readyz(&self) -> u16 {

@@ -27,13 +27,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 
-use prefill_guard::config::{Config, LogFormat, ModelConfig};
+use prefill_guard::config::{RawConfig, RawModel};
+use prefill_guard::core::Guard;
 pub use prefill_guard::count::MediaBounds;
 use prefill_guard::count::{Clock, ModelCounter};
 use prefill_guard::demo::write_demo_model;
-use prefill_guard::guard::Guard;
 use prefill_guard::policy::{Profile, Profiles};
-use prefill_guard::server::{self, App};
+use prefill_guard::reload::{ConfigSource, Runtime};
+use prefill_guard::server;
 
 /// The served model name of the demo model.
 pub const MODEL: &str = "demo";
@@ -288,7 +289,7 @@ pub struct Guarded {
     pub mock: Mock,
     pub http: reqwest::Client,
     shutdown: Option<oneshot::Sender<()>>,
-    pub server: Option<JoinHandle<std::io::Result<()>>>,
+    pub server: Option<JoinHandle<anyhow::Result<()>>>,
     /// The guard's profiles, to change the limit while it runs.
     pub profiles: Arc<Profiles>,
     /// The gRPC listener, with `Options::grpc`.
@@ -316,76 +317,75 @@ pub fn demo_guard_with_media(
     Guard::new(vec![MODEL.to_string()], profiles, 2, 16, Clock::default())
 }
 
+/// The guard as `serve` runs it (`server::serve` over a `reload::Runtime`,
+/// the configuration from the same resolver as a file's), on `127.0.0.1:0`,
+/// in front of the mock. The settings a file states in whole seconds
+/// (`response_timeout`, `shutdown_grace`) and the client limits are set on
+/// the resolved configuration, as sub-second values the tests need.
 pub async fn start(opts: Options) -> Guarded {
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
-    let known = opts.limit_known.then_some(opts.limit);
-    let guard = demo_guard_with_media(dir.path(), known, opts.media);
-    let profiles = guard.profiles().clone();
+    write_demo_model(dir.path()).unwrap();
     let upstream = opts
         .upstream
         .clone()
         .unwrap_or_else(|| format!("http://{}", mock.addr));
-    let config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        admin_listen: "127.0.0.1:0".parse().unwrap(),
-        upstream: upstream.parse().unwrap(),
-        models: vec![ModelConfig {
-            name: MODEL.to_string(),
-            named_by_default: false,
-            tokenizer: dir.path().display().to_string(),
-            revision: "main".to_string(),
+    let overlay = RawConfig {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        admin_listen: Some("127.0.0.1:0".parse().unwrap()),
+        upstream: Some(upstream),
+        max_body_bytes: Some(opts.max_body_bytes),
+        upstream_connect_timeout_ms: Some(2000),
+        io_threads: Some(1),
+        count_workers: Some(2),
+        count_queue: Some(16),
+        allow_routes: Some(opts.allow_routes.iter().map(|r| r.to_string()).collect()),
+        model: RawModel {
+            name: Some(MODEL.to_string()),
+            tokenizer: Some(dir.path().display().to_string()),
             max_req_input_len: Some(opts.limit),
-            safety_margin_tokens: 0,
-            media: opts.media,
-            server: Default::default(),
-        }],
-        max_body_bytes: opts.max_body_bytes,
-        upstream_connect_timeout: Duration::from_secs(2),
-        upstream_response_timeout: opts.response_timeout,
-        upstream_idle_timeout: Duration::from_secs(600),
-        io_threads: 1,
-        count_workers: 2,
-        count_queue: 16,
-        count_queue_timeout: Duration::from_secs(10),
-        max_inflight_body_bytes: opts.max_body_bytes.saturating_mul(8),
-        client: opts.client,
-        exact_counting: false,
-        count_cache_bytes: prefill_guard::config::DEFAULT_COUNT_CACHE_BYTES,
-        count_cache_partition: Default::default(),
-        readiness: Default::default(),
-        log_format: LogFormat::Human,
-        shutdown_grace: opts.shutdown_grace,
-        prefill_urls: Vec::new(),
-        discovery_interval: Duration::from_secs(30),
-        rewrite_models_max_len: true,
-        allow_routes: prefill_guard::inspect::allow::AllowList::new(&opts.allow_routes).unwrap(),
-        grpc_listen: None,
-        authz: Default::default(),
-        verify_sample_rate: 0.0,
+            multimodal_image_tokens: opts.media.image,
+            multimodal_video_tokens: opts.media.video,
+            multimodal_audio_tokens: opts.media.audio,
+            ..RawModel::default()
+        },
+        ..RawConfig::default()
     };
-    let app = Arc::new(App::new(&config, guard).unwrap());
-    let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let source = ConfigSource {
+        path: None,
+        overlay,
+    };
+    let mut config = source.load().unwrap();
+    config.upstream_response_timeout = opts.response_timeout;
+    config.shutdown_grace = opts.shutdown_grace;
+    config.client = opts.client;
+    let runtime = Runtime::start(config, source).await.unwrap();
+    let profiles = runtime.current().gate.guard.profiles().clone();
+    if !opts.limit_known {
+        // As before discovery has heard from a prefill worker.
+        let known = profiles.get(MODEL).unwrap();
+        profiles.set(
+            MODEL,
+            Profile {
+                limit: None,
+                ..Profile::clone(&known)
+            },
+        );
+    }
+    let bind = || async { TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let listeners = server::Listeners {
+        proxy: bind().await,
+        admin: bind().await,
+        grpc: if opts.grpc { Some(bind().await) } else { None },
+        authz: None,
+    };
     let (proxy, admin) = (
-        proxy_listener.local_addr().unwrap(),
-        admin_listener.local_addr().unwrap(),
+        listeners.proxy.local_addr().unwrap(),
+        listeners.admin.local_addr().unwrap(),
     );
-    let grpc = if opts.grpc {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let apps = Arc::new(arc_swap::ArcSwap::new(app.clone()));
-        tokio::spawn(prefill_guard::ext::grpc::serve(
-            listener,
-            apps,
-            std::future::pending(),
-        ));
-        Some(addr)
-    } else {
-        None
-    };
+    let grpc = listeners.grpc.as_ref().map(|l| l.local_addr().unwrap());
     let (tx, rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(server::run(proxy_listener, admin_listener, app, async {
+    let server = tokio::spawn(server::serve(listeners, runtime, async {
         let _ = rx.await;
     }));
     Guarded {
@@ -488,7 +488,7 @@ impl Guarded {
     }
 
     /// Stops accepting and waits for `run` to drain and return.
-    pub async fn shutdown(&mut self) -> std::io::Result<()> {
+    pub async fn shutdown(&mut self) -> anyhow::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

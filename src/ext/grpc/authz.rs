@@ -1,7 +1,7 @@
 //! `envoy.service.auth.v3.Authorization/Check`: Envoy's (and Istio's
 //! `envoyExtAuthzGrpc`) external authorization over gRPC. One `CheckRequest`
 //! carries the whole request (with `with_request_body`); the shared decision
-//! core (`gate::decide`) judges it.
+//! core (`Gate::decide`) judges it.
 //!
 //! Every judged request gets an answer with `Ok`: `status` OK to allow, or
 //! PERMISSION_DENIED with the route's native status and error body to deny.
@@ -23,9 +23,9 @@ use http::{Method, StatusCode, Uri};
 use tonic::{Request, Response, Status};
 
 use super::headers;
+use crate::app::{App, Apps};
+use crate::core::{self, Denial, Mode, Record, DENIAL_CONTENT_TYPE};
 use crate::errors::Reason;
-use crate::gate::{self, Denial, Mode, Record, DENIAL_CONTENT_TYPE};
-use crate::server::{App, Apps};
 
 /// Added to the upstream request on allow: the prompt's token count (the
 /// largest unit of a batch), for the upstream's logs and routing.
@@ -73,8 +73,8 @@ impl Authorization for Authz {
                 (deny(reason, &denial), status)
             }
         };
-        gate::observe(
-            &app,
+        core::observe(
+            &app.metrics,
             &rec,
             outcome.as_ref().err(),
             &request_id,
@@ -86,7 +86,7 @@ impl Authorization for Authz {
     }
 }
 
-/// The request as Envoy describes it → `gate::decide`. Returns the method
+/// The request as Envoy describes it → `Gate::decide`. Returns the method
 /// and request id for the decision log with the verdict.
 async fn judge(
     app: &App,
@@ -129,12 +129,12 @@ async fn judge(
         // flight while it is judged, so a flood is shed like the proxy's.
         let mut held = app.body_budget.reservation();
         held.grow(body.len())?;
-        let head = gate::Head {
+        let head = core::Head {
             method: &method,
             target: &target,
             headers: &headers,
         };
-        gate::decide(app, &head, body, rec).await.map(|_| ())
+        app.gate.decide(&head, body, rec).await.map(|_| ())
     }
     .await;
     (method, request_id, outcome)
@@ -144,7 +144,7 @@ async fn judge(
 /// `with_request_body` it sends none, and a `Content-Length` says there was
 /// one: counting the empty body would admit any prompt. (A body cut at
 /// `max_request_bytes` carries `x-envoy-auth-partial-body: true`, which
-/// `gate` refuses.)
+/// `core` refuses.)
 fn check_complete(headers: &HeaderMap, received: usize) -> Result<(), Reason> {
     let declared = headers
         .get(header::CONTENT_LENGTH)

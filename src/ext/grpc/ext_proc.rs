@@ -1,7 +1,7 @@
 //! `envoy.service.ext_proc.v3.ExternalProcessor/Process`: drives one
-//! [`Session`] per stream through the shared decision core (`gate`). The
+//! [`Session`] per stream through the shared decision core (`core`). The
 //! protocol lives in `session.rs`; this file only moves messages and asks
-//! `gate` to classify and judge.
+//! `core` to classify and judge.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,10 +17,10 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::session::{Class, Head, Session, Step};
+use crate::app::{App, Apps};
+use crate::core::{self, Denial, Mode, Record};
 use crate::errors::Reason;
-use crate::gate::{self, Denial, Mode, Record};
 use crate::inspect::RouteClass;
-use crate::server::{App, Apps};
 
 /// Answers queued towards Envoy before the sender waits (echoing a large
 /// body is then paced by the stream's flow control, not held in memory).
@@ -59,7 +59,7 @@ impl ExternalProcessor for ExtProc {
 
 type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
 
-/// The request being decided on this stream: what `gate` needs between the
+/// The request being decided on this stream: what `core` needs between the
 /// head and the body, and what `observe` reports.
 struct Exchange {
     rec: Record,
@@ -86,7 +86,7 @@ impl Exchange {
 /// Reads the stream to its end. Returning drops `tx`, which ends the answer
 /// stream with OK: only after a decision (`Session::on_end`) or a refusal.
 async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
-    let mut session = Session::new(app.max_body_bytes);
+    let mut session = Session::new(app.gate.max_body_bytes);
     let mut x = Exchange::new();
     // The body being collected counts against the guard-wide budget for
     // bodies in flight, as the proxy's does; given back when the stream ends.
@@ -124,7 +124,11 @@ async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
                 Step::Classify(head) => classify(&app, &mut session, &mut x, head),
                 Step::Judge(body) => {
                     let class = x.class.take().expect("a judged body was classified");
-                    match gate::check_body(&app, class, &x.headers, body, &mut x.rec).await {
+                    match app
+                        .gate
+                        .check_body(class, &x.headers, body, &mut x.rec)
+                        .await
+                    {
                         Ok(_) => {
                             x.rec.allowed = true;
                             observe(&app, &x, None, StatusCode::OK);
@@ -185,12 +189,12 @@ fn classify(app: &App, session: &mut Session, x: &mut Exchange, head: Head) -> S
             ))
         }
     };
-    let gate_head = gate::Head {
+    let gate_head = core::Head {
         method: &method,
         target: &target,
         headers: &head.headers,
     };
-    match gate::classify(app, &gate_head, &mut x.rec) {
+    match app.gate.classify(&gate_head, &mut x.rec) {
         Ok(RouteClass::PassThrough(path)) => {
             // Nothing to count: decided at the headers.
             x.rec.pass_through = Some(path);
@@ -208,8 +212,8 @@ fn classify(app: &App, session: &mut Session, x: &mut Exchange, head: Head) -> S
 }
 
 fn observe(app: &App, x: &Exchange, reason: Option<&Reason>, status: StatusCode) {
-    gate::observe(
-        app,
+    core::observe(
+        &app.metrics,
         &x.rec,
         reason,
         &x.request_id,

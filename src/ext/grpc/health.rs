@@ -15,7 +15,7 @@ use std::time::Duration;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::server::Apps;
+use crate::app::Apps;
 
 /// The service names that answer for the whole server.
 pub const SERVICES: &[&str] = &[
@@ -41,7 +41,7 @@ pub async fn track_readiness(reporter: HealthReporter, apps: Arc<Apps>) {
     let mut last = None;
     loop {
         let app = apps.load();
-        let (ready, _) = app.guard.readiness();
+        let (ready, _) = app.gate.guard.readiness();
         if last != Some(ready) {
             let status = if ready {
                 ServingStatus::Serving

@@ -2,7 +2,7 @@
 //! (`envoy.service.auth.v3.Authorization`), external processing
 //! (`envoy.service.ext_proc.v3.ExternalProcessor`) and the gRPC health
 //! protocol on one HTTP/2 server. Both Envoy services are thin adapters over
-//! the shared decision core (`gate`), with the same metrics labelled
+//! the shared decision core (`core`), with the same metrics labelled
 //! `mode="ext_authz_grpc"` / `mode="ext_proc"`.
 
 mod authz;
@@ -24,7 +24,7 @@ pub use authz::TOKENS_HEADER;
 pub use health::{READINESS, SERVICES as HEALTH_SERVICES};
 pub use session::ECHO_CHUNK;
 
-use crate::server::Apps;
+use crate::app::Apps;
 
 /// Room for the headers and framing around a body in one gRPC message.
 const MESSAGE_OVERHEAD: usize = 1024 * 1024;
@@ -48,7 +48,7 @@ pub async fn serve(
     apps: Arc<Apps>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    let max_message = max_message_bytes(apps.load().max_body_bytes);
+    let max_message = max_message_bytes(apps.load().gate.max_body_bytes);
     let (reporter, health) = tonic_health::server::health_reporter();
     health::set_all(&reporter, ServingStatus::Serving).await;
     let readiness = tokio::spawn(health::track_readiness(reporter.clone(), apps.clone()));

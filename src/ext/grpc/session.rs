@@ -36,8 +36,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 
 use super::headers;
+use crate::core::{Denial, DENIAL_CONTENT_TYPE};
 use crate::errors::Reason;
-use crate::gate::{Denial, DENIAL_CONTENT_TYPE};
 
 /// Largest body chunk echoed in `FULL_DUPLEX_STREAMED`. Envoy recommends at
 /// most 64 KiB per message; llm-d's processor uses 62,000 bytes.
@@ -51,7 +51,7 @@ pub struct Head {
     pub headers: http::HeaderMap,
 }
 
-/// The driver's classification of a head (`gate::classify`).
+/// The driver's classification of a head (`Gate::classify`).
 #[derive(Debug)]
 pub enum Class {
     /// No prompt: let it through without waiting for the body.
@@ -496,7 +496,7 @@ fn immediate(denial: &Denial) -> ProcessingResponse {
 
 fn immediate_internal(what: &str) -> ProcessingResponse {
     let reason = Reason::Internal(what.into());
-    immediate(&Denial::new(&reason, None, crate::gate::Mode::ExtProc))
+    immediate(&Denial::new(&reason, None, crate::core::Mode::ExtProc))
 }
 
 fn kind(r: &Request) -> &'static str {
@@ -628,7 +628,7 @@ mod tests {
                 limit: 8,
             },
             Some(crate::inspect::Route::ChatCompletions),
-            crate::gate::Mode::ExtProc,
+            crate::core::Mode::ExtProc,
         )
     }
 

@@ -1,5 +1,5 @@
 //! What one client connection may take of the guard besides its requests'
-//! bodies (`budget.rs`): time to send a request head, time spent idle
+//! bodies (`budget.rs`; the HTTP framing it reads in `framing.rs`): time to send a request head, time spent idle
 //! between requests, and a slot among the listener's connections.
 //!
 //! hyper's own `header_read_timeout` starts whenever it waits for a head,
@@ -15,9 +15,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::ClientLimits;
+pub mod budget;
+pub mod framing;
 
-use super::framing;
+use crate::config::ClientLimits;
 
 /// Why the watchdog closed a connection (the `phase` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,13 +1,11 @@
-//! The decision core every adapter shares: inspect → count → policy.
-//! The reverse proxy (and later ext_authz / ext_proc) only differ in how they
-//! receive a body and how they answer the [`Decision`].
+//! The body-level step: `Content-Type` → parse → extract → count → policy,
+//! for one inspected route's body. Every adapter reaches it through
+//! `Gate::check_body` and answers the [`Decision`] in its own protocol.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::Semaphore;
 
 use crate::config::Readiness;
 use crate::count::cache::{CacheScope, CountCache, Partition, Partitioning};
@@ -15,6 +13,8 @@ use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit}
 use crate::errors::Reason;
 use crate::inspect::{self, json, Route};
 use crate::policy::{self, Profiles};
+
+use super::pool::CountPool;
 
 /// The verdict on one request, with what the metrics and the decision log need.
 #[derive(Debug)]
@@ -158,6 +158,14 @@ impl Guard {
 
     pub fn model_names(&self) -> impl Iterator<Item = &str> {
         self.core.models.iter().map(String::as_str)
+    }
+
+    /// The served models with no limit known now (before discovery has
+    /// heard from their workers, say): their requests are refused with 503.
+    pub fn models_without_limit(&self) -> Vec<&str> {
+        self.model_names()
+            .filter(|m| self.core.profiles.limit(m).is_none())
+            .collect()
     }
 
     /// Whether one model that cannot be judged holds the pod unready.
@@ -532,81 +540,6 @@ fn require_json(content_type: Option<&[u8]>) -> Result<(), Reason> {
     }
 }
 
-/// Tokenization is CPU work: it runs on blocking threads, at most `workers`
-/// at once, and at most `queue` more may wait. Beyond that the guard sheds
-/// load with 503 instead of queueing without bound.
-///
-/// A place in the queue is not a promise either: a request that waited
-/// `max_wait` for a thread is shed too. Under a flood of huge prompts a full
-/// queue otherwise means minutes of latency for everyone admitted.
-struct CountPool {
-    running: Arc<Semaphore>,
-    admitted: Arc<AtomicUsize>,
-    capacity: usize,
-    max_wait: Duration,
-}
-
-impl CountPool {
-    fn new(workers: usize, queue: usize) -> Self {
-        Self {
-            running: Arc::new(Semaphore::new(workers.max(1))),
-            admitted: Arc::new(AtomicUsize::new(0)),
-            capacity: workers.max(1) + queue,
-            max_wait: Duration::from_secs(10),
-        }
-    }
-
-    async fn run<T: Send + 'static>(
-        &self,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, Reason> {
-        let _slot = Admission::try_new(&self.admitted, self.capacity).ok_or(Reason::Overloaded)?;
-        let permit = tokio::time::timeout(self.max_wait, self.running.clone().acquire_owned())
-            .await
-            .map_err(|_| Reason::Overloaded)?
-            .map_err(|_| Reason::Overloaded)?;
-        tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            lowered_priority();
-            work()
-        })
-        .await
-        .map_err(|e| Reason::Internal(format!("counting thread failed: {e}")))
-    }
-}
-
-/// Lowers the priority of the blocking thread running a count, once per
-/// thread (`count::fast::yield_to_io`).
-fn lowered_priority() {
-    thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
-    LOWERED.with(|lowered| {
-        if !lowered.replace(true) {
-            crate::count::fast::yield_to_io();
-        }
-    });
-}
-
-/// A place in the pool's admission count, given back on drop (also when the
-/// client goes away while waiting).
-struct Admission(Arc<AtomicUsize>);
-
-impl Admission {
-    fn try_new(admitted: &Arc<AtomicUsize>, capacity: usize) -> Option<Self> {
-        admitted
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < capacity).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Admission(admitted.clone()))
-    }
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,53 +560,5 @@ mod tests {
             );
         }
         assert!(require_json(None).is_err());
-    }
-
-    #[tokio::test]
-    async fn pool_sheds_beyond_its_capacity() {
-        let pool = Arc::new(CountPool::new(1, 1));
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let rx = Arc::new(std::sync::Mutex::new(rx));
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            let (pool, rx) = (pool.clone(), rx.clone());
-            held.push(tokio::spawn(async move {
-                pool.run(move || rx.lock().unwrap().recv().ok()).await
-            }));
-        }
-        // Wait until both are admitted (one running, one queued).
-        while pool.admitted.load(Ordering::Acquire) < 2 {
-            tokio::task::yield_now().await;
-        }
-        assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
-        tx.send(()).unwrap();
-        tx.send(()).unwrap();
-        for h in held {
-            assert!(h.await.unwrap().is_ok());
-        }
-        assert!(pool.run(|| ()).await.is_ok());
-    }
-
-    #[tokio::test]
-    async fn a_request_waiting_too_long_for_a_thread_is_shed() {
-        let mut pool = CountPool::new(1, 8);
-        pool.max_wait = Duration::from_millis(50);
-        let pool = Arc::new(pool);
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let busy = {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.run(move || rx.recv().ok()).await })
-        };
-        while pool.admitted.load(Ordering::Acquire) < 1 {
-            tokio::task::yield_now().await;
-        }
-        // Room in the queue, but the only thread stays busy past the wait.
-        assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
-        tx.send(()).unwrap();
-        assert!(busy.await.unwrap().is_ok());
-        assert!(
-            pool.run(|| ()).await.is_ok(),
-            "served once a thread is free"
-        );
     }
 }

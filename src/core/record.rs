@@ -1,0 +1,131 @@
+//! What one request did ([`Record`]) and the one place it becomes metrics
+//! and a decision-log line ([`observe`]), the same for every adapter.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use super::guard::Decision;
+use super::Mode;
+use crate::count::CountMethod;
+use crate::errors::Reason;
+use crate::logging::{self, DecisionLine};
+use crate::metrics::{self, Metrics};
+use crate::route::Route;
+
+/// What one request did, for its metrics and its decision-log line. An
+/// adapter makes one per request ([`Record::new`]), lets [`classify`] and
+/// [`check_body`] fill it, and hands it to [`observe`] once it has answered.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub mode: Mode,
+    /// The inspected route, once known: labels and the refusal's body shape.
+    pub route: Option<Route>,
+    /// A pass-through route's canonical path (one of a fixed few).
+    pub pass_through: Option<String>,
+    pub model: Option<String>,
+    pub tokens: Option<usize>,
+    pub limit: Option<usize>,
+    pub count_time: Option<Duration>,
+    /// How the count decided (exact, by upper bound, or stopped at the limit).
+    pub count_method: Option<CountMethod>,
+    /// The guard let the request through; any later failure is the upstream's.
+    pub allowed: bool,
+    /// The proxy's upstream answer: its status and time to headers.
+    pub upstream: Option<(StatusCode, Duration)>,
+}
+
+/// The `route` label of requests whose target is not a known route.
+pub const OTHER_ROUTE: &str = "other";
+
+impl Record {
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            route: None,
+            pass_through: None,
+            model: None,
+            tokens: None,
+            limit: None,
+            count_time: None,
+            count_method: None,
+            allowed: false,
+            upstream: None,
+        }
+    }
+
+    /// The `route` label: a known route, a pass-through path, or `other`.
+    pub fn route_label(&self) -> &str {
+        match (&self.route, &self.pass_through) {
+            (Some(r), _) => r.path(),
+            (None, Some(p)) => p,
+            (None, None) => OTHER_ROUTE,
+        }
+    }
+
+    pub(super) fn absorb(&mut self, d: &Decision) {
+        self.model.clone_from(&d.model);
+        self.tokens = d.tokens;
+        self.limit = d.limit;
+        self.count_method = d.method;
+        if d.tokens.is_some() || !d.count_time.is_zero() {
+            self.count_time = Some(d.count_time);
+        }
+    }
+}
+
+/// Metrics and the decision-log line for one answered request, the same for
+/// every mode. `reason` is the refusal, or for an allowed request the
+/// upstream's failure (proxy only); `status` is what the adapter answered.
+pub fn observe(
+    metrics: &Metrics,
+    rec: &Record,
+    reason: Option<&Reason>,
+    request_id: &str,
+    method: &str,
+    status: StatusCode,
+    latency: Duration,
+) {
+    let m = metrics;
+    let mode = rec.mode.label();
+    let route = rec.route_label();
+    let model = rec.model.as_deref().unwrap_or("");
+    let decision = if rec.allowed {
+        metrics::Decision::Allowed
+    } else {
+        metrics::Decision::Refused
+    };
+    m.request(mode, route, model, decision);
+    match (decision, reason) {
+        (metrics::Decision::Refused, Some(r)) => m.rejection(mode, route, model, r.label()),
+        (metrics::Decision::Allowed, Some(r)) => m.upstream_error(route, model, r.label()),
+        _ => {}
+    }
+    if let Some(tokens) = rec.tokens {
+        m.prompt_tokens(mode, route, model, tokens);
+    }
+    if let Some(took) = rec.count_time {
+        m.count_duration(mode, route, model, took);
+    }
+    if let Some(method) = rec.count_method {
+        m.count_method(mode, route, model, method.label());
+    }
+    if let Some((_, took)) = rec.upstream {
+        m.upstream_duration(route, took);
+    }
+    logging::decision(&DecisionLine {
+        request_id,
+        mode,
+        method,
+        route,
+        model: rec.model.as_deref(),
+        tokens: rec.tokens,
+        count_method: rec.count_method.map(CountMethod::label),
+        limit: rec.limit,
+        decision: if rec.allowed { "allowed" } else { "refused" },
+        reason: reason.map(Reason::label),
+        status: status.as_u16(),
+        upstream_status: rec.upstream.map(|(s, _)| s.as_u16()),
+        latency,
+    });
+}

@@ -1,0 +1,158 @@
+//! Phase 1 and 2 of the request-level step: the head ([`Gate::classify`])
+//! and the whole body ([`Gate::check_body`]), and both at once
+//! ([`Gate::decide`]) for adapters that receive the whole request.
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+
+use super::{Admit, Gate, Head, Record};
+use crate::errors::Reason;
+use crate::inspect::{path, routes, Route, RouteClass};
+
+impl Gate {
+    /// Phase 1, on the head alone: which route, and whether its headers rule the
+    /// request out before a byte of body is read. Default deny: a path or method
+    /// the route table does not model is refused.
+    pub fn classify(&self, head: &Head<'_>, rec: &mut Record) -> Result<RouteClass, Reason> {
+        let canonical = path::canonical_path(head.target)?;
+        rec.route = Route::from_path(&canonical);
+        // The operator's allowlist opens a path deliberately (never a prompt
+        // route: checked at startup), whatever the method.
+        let class = if self.allow_routes.allows(&canonical) {
+            RouteClass::PassThrough(canonical)
+        } else {
+            routes::classify(head.method, &canonical)?
+        };
+        if rec.mode.is_external() {
+            refuse_partial(head.headers)?;
+        }
+        if let RouteClass::Inspect(_) = class {
+            refuse_encoded(head.headers)?;
+        }
+        Ok(class)
+    }
+
+    /// Phase 2: the whole body, as read by the adapter (at most
+    /// `self.max_body_bytes`; checked again here so no adapter can forget).
+    pub async fn check_body(
+        &self,
+        class: RouteClass,
+        headers: &HeaderMap,
+        body: Bytes,
+        rec: &mut Record,
+    ) -> Result<Admit, Reason> {
+        if body.len() > self.max_body_bytes {
+            return Err(Reason::BodyTooLarge {
+                limit: self.max_body_bytes,
+            });
+        }
+        match class {
+            RouteClass::Inspect(route) => {
+                let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes());
+                let partition = self.guard.partition(headers);
+                let decision = self.guard.check(route, content_type, partition, body).await;
+                rec.absorb(&decision);
+                Ok(Admit::Inspected {
+                    route,
+                    body: decision.verdict?,
+                })
+            }
+            RouteClass::PassThrough(path) => {
+                rec.pass_through = Some(path.clone());
+                Ok(Admit::PassThrough { path, body })
+            }
+        }
+    }
+
+    /// Both phases, for an adapter that has the whole request. Sets
+    /// `rec.allowed` on admission.
+    pub async fn decide(
+        &self,
+        head: &Head<'_>,
+        body: Bytes,
+        rec: &mut Record,
+    ) -> Result<Admit, Reason> {
+        let class = self.classify(head, rec)?;
+        let admit = self.check_body(class, head.headers, body, rec).await?;
+        rec.allowed = true;
+        Ok(admit)
+    }
+}
+
+/// The guard counts the bytes it reads; a compressed body would be counted as
+/// garbage and decoded differently upstream, so it is refused outright. That
+/// includes SGLang's own `x-body-compressed` (decompressed by its middleware
+/// when `SGLANG_ENABLE_REQUEST_DECOMPRESSION` is set), whatever its value.
+fn refuse_encoded(headers: &HeaderMap) -> Result<(), Reason> {
+    let encoded = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return Err(Reason::UnsupportedMediaType(
+            "compressed request bodies (`Content-Encoding`) are not accepted".into(),
+        ));
+    }
+    if headers.contains_key(X_BODY_COMPRESSED) {
+        return Err(Reason::UnsupportedMediaType(
+            "compressed request bodies (`x-body-compressed`) are not accepted".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// SGLang's request-decompression header (`http_request_decompression.py`).
+const X_BODY_COMPRESSED: &str = "x-body-compressed";
+
+/// Envoy's marker of a body cut at `max_request_bytes` (`allow_partial_message`).
+pub const X_ENVOY_AUTH_PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+
+/// A truncated body cannot be counted: its prompt is longer than what
+/// arrived. Anything but an explicit `false` on the marker is refused, as a
+/// body over the size Envoy was told to buffer (which is what it is).
+fn refuse_partial(headers: &HeaderMap) -> Result<(), Reason> {
+    let mut values = headers.get_all(X_ENVOY_AUTH_PARTIAL_BODY).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Ok(()),
+        (Some(v), None) if v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"false") => Ok(()),
+        _ => Err(Reason::BodyTooLarge {
+            // What Envoy sent is what it buffered; the body was larger.
+            limit: content_length(headers).unwrap_or(0),
+        }),
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn partial_body_marker() {
+        let mut h = HeaderMap::new();
+        assert!(refuse_partial(&h).is_ok());
+        h.insert(X_ENVOY_AUTH_PARTIAL_BODY, HeaderValue::from_static("false"));
+        assert!(refuse_partial(&h).is_ok());
+        for v in ["true", "TRUE", "", "1", "yes"] {
+            h.insert(X_ENVOY_AUTH_PARTIAL_BODY, HeaderValue::from_static(v));
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("1024"));
+            let e = refuse_partial(&h).unwrap_err();
+            assert_eq!(e.label(), "body_too_large", "{v:?}");
+            assert_eq!(e.status(), 413);
+        }
+        // Two markers, even `false` twice: ambiguous, refused.
+        h.insert(X_ENVOY_AUTH_PARTIAL_BODY, HeaderValue::from_static("false"));
+        h.append(X_ENVOY_AUTH_PARTIAL_BODY, HeaderValue::from_static("false"));
+        assert!(refuse_partial(&h).is_err());
+    }
+}
