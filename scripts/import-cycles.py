@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Lists import cycles between the crate's top-level modules (src/*.rs and
 src/*/), read from `use crate::...` and `crate::...` paths. Modules inside
-one folder may use each other; a cycle between two top-level modules (or
-two folders) is a tangle in the layout. Exit 1 if there is any.
+one folder may use each other; a cycle of any length between top-level
+modules (or folders) is a tangle in the layout. Exit 1 if there is any.
 
 Usage: scripts/import-cycles.py [--graph]"""
 import pathlib
@@ -53,14 +53,71 @@ if "--graph" in sys.argv:
     for s in sorted(graph):
         print(f"{s} -> {', '.join(sorted(graph[s]))}")
 
-cycles = set()
-for a in graph:
-    for b in graph[a]:
-        if a in graph.get(b, ()):
-            cycles.add(tuple(sorted((a, b))))
-for a, b in sorted(cycles):
-    why_ab = sorted(d for s, ds in edges.items() if s.split("::")[0] == a for d in ds if d.split("::")[0] == b)
-    why_ba = sorted(d for s, ds in edges.items() if s.split("::")[0] == b for d in ds if d.split("::")[0] == a)
-    print(f"cycle: {a} <-> {b}  ({a} uses {', '.join(why_ab)}; {b} uses {', '.join(why_ba)})")
-print(f"{len(cycles)} cycle(s) between top-level modules")
-sys.exit(1 if cycles else 0)
+# Every cycle, of any length: the strongly connected components (Tarjan),
+# each printed with one cycle through it and the uses that close it.
+index: dict[str, int] = {}
+low: dict[str, int] = {}
+stack: list[str] = []
+on_stack: set[str] = set()
+components: list[list[str]] = []
+
+
+def connect(v: str) -> None:
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph.get(v, ())):
+        if w not in index:
+            connect(w)
+            low[v] = min(low[v], low[w])
+        elif w in on_stack:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        component = []
+        while True:
+            w = stack.pop()
+            on_stack.discard(w)
+            component.append(w)
+            if w == v:
+                break
+        if len(component) > 1:
+            components.append(sorted(component))
+
+
+for v in sorted(graph):
+    if v not in index:
+        connect(v)
+
+
+def path_back(start: str, members: set[str]) -> list[str]:
+    """A shortest cycle through `start` inside one component (BFS)."""
+    seen = {start: None}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph.get(v, ())):
+            if w not in members:
+                continue
+            if w == start:
+                path = [v]
+                while seen[path[-1]] is not None:
+                    path.append(seen[path[-1]])
+                return list(reversed(path)) + [start]
+            if w not in seen:
+                seen[w] = v
+                queue.append(w)
+    return [start]
+
+
+def uses(a: str, b: str) -> str:
+    return ", ".join(sorted(d for s, ds in edges.items() if s.split("::")[0] == a for d in ds if d.split("::")[0] == b))
+
+
+for component in components:
+    cycle = path_back(component[0], set(component))
+    hops = "; ".join(f"{a} uses {uses(a, b)}" for a, b in zip(cycle, cycle[1:]))
+    print(f"cycle: {' -> '.join(cycle)}  ({hops})")
+    if len(component) > len(cycle) - 1:
+        print(f"  (the tangle also holds: {', '.join(m for m in component if m not in cycle)})")
+print(f"{len(components)} cycle(s) between top-level modules")
+sys.exit(1 if components else 0)

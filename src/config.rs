@@ -136,15 +136,7 @@ pub struct ModelConfig {
     pub server: StaticServer,
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Human,
-    Json,
-}
+pub use crate::logging::LogFormat;
 
 /// When the pod reports ready (`/readyz`, gRPC health `readiness`).
 #[derive(
@@ -349,15 +341,7 @@ impl RawModel {
     }
 }
 
-/// The server settings the configuration states for a model.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StaticServer {
-    /// What the configuration says, in discovery's terms (compared with the
-    /// workers' answers).
-    pub observed: Observed,
-    /// The environment values (never visible over HTTP).
-    pub env: SglangEnv,
-}
+pub use crate::count::serving::StaticServer;
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration: {0}")]
@@ -713,15 +697,7 @@ fn authz_path_prefix(text: &str) -> Result<String, ConfigError> {
     }
 }
 
-/// SGLang's `max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5`
-/// (`tp_worker.py::get_worker_info`).
-pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize) -> Option<usize> {
-    context_length
-        .checked_sub(1)?
-        .min(prefill_pool_tokens.checked_sub(1)?)
-        .checked_sub(5)
-        .filter(|m| *m > 0)
-}
+pub use crate::sglang::max_req_input_len_from;
 
 impl Config {
     pub fn resolve(raw: RawConfig) -> Result<Config, ConfigError> {

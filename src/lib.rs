@@ -13,7 +13,8 @@
 //! running state each request takes (`App`, swapped whole on reload);
 //! `route` is the route table all of them read; `load`, `hub` and `reload`
 //! bring models in; `signal` stops the process. `scripts/import-cycles.py`
-//! checks that no two top-level modules use each other (none do).
+//! checks that the top-level modules use each other without a cycle of any
+//! length (none today).
 #![forbid(unsafe_code)]
 
 pub mod app;

@@ -20,7 +20,24 @@ use tracing::Subscriber;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
-pub use crate::config::LogFormat;
+/// How log lines are written (`log_format`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    Default,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
 
 /// The filter when `RUST_LOG` is not set.
 pub const DEFAULT_FILTER: &str = "info";

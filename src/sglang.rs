@@ -277,7 +277,17 @@ pub fn refuse_at(
         return Some((m, LimitSource::Reported));
     }
     let pool = count_field(server_info, "max_total_num_tokens")?;
-    crate::config::max_req_input_len_from(context_length?, pool).map(|m| (m, LimitSource::Fallback))
+    max_req_input_len_from(context_length?, pool).map(|m| (m, LimitSource::Fallback))
+}
+
+/// SGLang's `max_req_input_len = min(context_len - 1, kv_capacity - 1) - 5`
+/// (`tp_worker.py::get_worker_info`).
+pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize) -> Option<usize> {
+    context_length
+        .checked_sub(1)?
+        .min(prefill_pool_tokens.checked_sub(1)?)
+        .checked_sub(5)
+        .filter(|m| *m > 0)
 }
 
 #[cfg(test)]

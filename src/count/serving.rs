@@ -62,6 +62,17 @@ impl Handling {
     }
 }
 
+/// The server settings a configuration states for a model (`config.rs`
+/// reads them from flags and TOML).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StaticServer {
+    /// What the configuration says, in discovery's terms (compared with the
+    /// workers' answers).
+    pub observed: Observed,
+    /// The environment values (never visible over HTTP).
+    pub env: SglangEnv,
+}
+
 /// One setting the guard reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Setting {

@@ -27,7 +27,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use super::profile::{self, Counting, NotServed, Profile, Profiles};
-use crate::config::StaticServer;
+use crate::count::serving::StaticServer;
 use crate::count::serving::{show, Observed};
 use crate::count::{MediaBounds, ModelFiles};
 use crate::metrics::{Metrics, WorkerSample};

@@ -13,9 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 
-use crate::config::StaticServer;
 use crate::count::serving::{
-    needs_acknowledgement, show, Observed, ServerConfig, SglangEnv, Unmodelled,
+    needs_acknowledgement, show, Observed, ServerConfig, SglangEnv, StaticServer, Unmodelled,
 };
 use crate::count::{MediaBounds, ModelCounter, ModelFiles};
 
