@@ -88,6 +88,18 @@ impl Drop for Admission {
 mod tests {
     use super::*;
 
+    /// Waits until `n` requests are admitted; a pool that never admits them
+    /// fails the test instead of hanging it.
+    async fn admitted(pool: &CountPool, n: usize) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while pool.admitted.load(Ordering::Acquire) < n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "{n} requests never admitted");
+    }
+
     #[tokio::test]
     async fn pool_sheds_beyond_its_capacity() {
         let pool = Arc::new(CountPool::new(1, 1));
@@ -101,9 +113,7 @@ mod tests {
             }));
         }
         // Wait until both are admitted (one running, one queued).
-        while pool.admitted.load(Ordering::Acquire) < 2 {
-            tokio::task::yield_now().await;
-        }
+        admitted(&pool, 2).await;
         assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
         tx.send(()).unwrap();
         tx.send(()).unwrap();
@@ -123,9 +133,7 @@ mod tests {
             let pool = pool.clone();
             tokio::spawn(async move { pool.run(move || rx.recv().ok()).await })
         };
-        while pool.admitted.load(Ordering::Acquire) < 1 {
-            tokio::task::yield_now().await;
-        }
+        admitted(&pool, 1).await;
         // Room in the queue, but the only thread stays busy past the wait.
         assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
         tx.send(()).unwrap();

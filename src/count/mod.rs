@@ -498,10 +498,6 @@ impl ModelCounter {
         self.media = bounds;
     }
 
-    pub fn media_bounds(&self) -> MediaBounds {
-        self.media
-    }
-
     /// The chat preprocessing options of `/v1/chat/completions` for this model.
     fn chat_options(&self) -> preprocess::Options {
         preprocess::Options {
