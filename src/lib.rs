@@ -1,5 +1,6 @@
 //! prefill-guard: refuses prompts that SGLang's prefill KV pool cannot hold,
-//! counted exactly as SGLang 0.5.23 counts them, before a byte reaches upstream.
+//! counted exactly as the SGLang release in front of which it runs (0.5.19 to
+//! 0.5.23) counts them, before a byte reaches upstream.
 //!
 //! The flow is one way: `server` (the listeners; `server::serve` is the
 //! one assembly `cli`, the tests and the demo call) and `ext` (ext_authz
