@@ -331,11 +331,31 @@ fn parse_tool<'a>(v: &'a Value, loc: &str) -> Result<Option<CustomTool<'a>>, Cou
 /// `supports_inline_system`; without it, `role: "system"` messages are merged
 /// into the leading system message.
 pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountError> {
+    let request = anthropic_messages_request(body)?;
+    convert_to_chat_completion_request(&request, !inline_system)
+}
+
+/// An `AnthropicMessagesRequest`, as far as the conversion reads it.
+struct Request<'a> {
+    model: Option<&'a Value>,
+    messages: Vec<Message<'a>>,
+    system: Option<Content<'a>>,
+    /// `thinking.type`.
+    thinking: Option<&'a str>,
+    /// `tool_choice.type` and `tool_choice.name`.
+    tool_choice: Option<(&'a str, Option<&'a str>)>,
+    /// The custom tools; server tools are dropped here.
+    tools: Vec<CustomTool<'a>>,
+    /// `output_config.effort`.
+    effort: Option<&'a str>,
+}
+
+/// `AnthropicMessagesRequest` validation (`anthropic/protocol.py`), field by
+/// field in the order the errors are reported.
+fn anthropic_messages_request(body: &Value) -> Result<Request<'_>, CountError> {
     let top = body
         .as_object()
         .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
-
-    // --- `AnthropicMessagesRequest` validation -----------------------------------
     match top.get("model") {
         Some(Value::String(s)) if !s.is_empty() => {}
         Some(Value::String(_)) => {
@@ -361,27 +381,11 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ))
         }
     };
-    let mut messages = Vec::with_capacity(raw_messages.len());
-    for (i, m) in raw_messages.iter().enumerate() {
-        let loc = format!("messages.{i}");
-        let o = m.as_object().ok_or_else(|| {
-            invalid_param(
-                format!("{loc}: Input should be a valid dictionary"),
-                "messages",
-            )
-        })?;
-        let role = match o.get("role").and_then(Value::as_str) {
-            Some(r @ ("user" | "assistant" | "system")) => r,
-            _ => {
-                return Err(invalid_param(
-                    format!("{loc}.role: Input should be 'user', 'assistant' or 'system'"),
-                    "messages",
-                ))
-            }
-        };
-        let content = parse_content(o.get("content"), &format!("{loc}.content"))?;
-        messages.push(Message { role, content });
-    }
+    let messages = raw_messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| anthropic_message(m, &format!("messages.{i}")))
+        .collect::<Result<Vec<_>, _>>()?;
     let system = match top.get("system") {
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_content(Some(v), "system")?),
@@ -398,24 +402,7 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
     };
     let tool_choice = match top.get("tool_choice") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(tc)) => {
-            let kind = match tc.get("type").and_then(Value::as_str) {
-                Some(k @ ("auto" | "any" | "tool" | "none")) => k,
-                _ => {
-                    return Err(invalid_param(
-                        "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'",
-                        "tool_choice",
-                    ))
-                }
-            };
-            Some((kind, opt_str(tc, "name", "tool_choice")?))
-        }
-        Some(_) => {
-            return Err(invalid_param(
-                "tool_choice: Input should be a valid dictionary",
-                "tool_choice",
-            ))
-        }
+        Some(v) => Some(parse_tool_choice(v)?),
     };
     let tools: Vec<CustomTool<'_>> = match top.get("tools") {
         None | Some(Value::Null) => Vec::new(),
@@ -435,35 +422,132 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ))
         }
     };
-    let effort: Option<&str> = match top.get("output_config") {
+    let effort = match top.get("output_config") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(oc)) => match oc.get("effort") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(e))
-                if ["minimal", "low", "medium", "high", "xhigh", "max"].contains(&e.as_str()) =>
-            {
-                Some(e.as_str())
-            }
-            Some(_) => {
-                return Err(invalid_param(
-                    "output_config.effort: Input should be 'minimal', 'low', 'medium', 'high', 'xhigh' or 'max'",
-                    "output_config",
-                ))
-            }
-        },
-        Some(_) => {
+        Some(v) => parse_output_config(v)?,
+    };
+    Ok(Request {
+        model: top.get("model"),
+        messages,
+        system,
+        thinking,
+        tool_choice,
+        tools,
+        effort,
+    })
+}
+
+/// `AnthropicMessage`: the role and the content.
+fn anthropic_message<'a>(m: &'a Value, loc: &str) -> Result<Message<'a>, CountError> {
+    let o = m.as_object().ok_or_else(|| {
+        invalid_param(
+            format!("{loc}: Input should be a valid dictionary"),
+            "messages",
+        )
+    })?;
+    let role = match o.get("role").and_then(Value::as_str) {
+        Some(r @ ("user" | "assistant" | "system")) => r,
+        _ => {
             return Err(invalid_param(
-                "output_config: Input should be a valid dictionary",
-                "output_config",
+                format!("{loc}.role: Input should be 'user', 'assistant' or 'system'"),
+                "messages",
             ))
         }
     };
+    let content = parse_content(o.get("content"), &format!("{loc}.content"))?;
+    Ok(Message { role, content })
+}
 
-    // --- `_convert_to_chat_completion_request` -------------------------------------
-    let merge_inline_system = !inline_system;
+/// `AnthropicToolChoice`: the type and the name.
+fn parse_tool_choice(v: &Value) -> Result<(&str, Option<&str>), CountError> {
+    let Value::Object(tc) = v else {
+        return Err(invalid_param(
+            "tool_choice: Input should be a valid dictionary",
+            "tool_choice",
+        ));
+    };
+    let kind = match tc.get("type").and_then(Value::as_str) {
+        Some(k @ ("auto" | "any" | "tool" | "none")) => k,
+        _ => {
+            return Err(invalid_param(
+                "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'",
+                "tool_choice",
+            ))
+        }
+    };
+    Ok((kind, opt_str(tc, "name", "tool_choice")?))
+}
+
+/// `AnthropicOutputConfig`: the effort.
+fn parse_output_config(v: &Value) -> Result<Option<&str>, CountError> {
+    let Value::Object(oc) = v else {
+        return Err(invalid_param(
+            "output_config: Input should be a valid dictionary",
+            "output_config",
+        ));
+    };
+    match oc.get("effort") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(e))
+            if ["minimal", "low", "medium", "high", "xhigh", "max"].contains(&e.as_str()) =>
+        {
+            Ok(Some(e.as_str()))
+        }
+        Some(_) => Err(invalid_param(
+            "output_config.effort: Input should be 'minimal', 'low', 'medium', 'high', 'xhigh' or 'max'",
+            "output_config",
+        )),
+    }
+}
+
+/// `AnthropicServing._convert_to_chat_completion_request`: system, messages,
+/// thinking, tools and tool choice, in its order.
+fn convert_to_chat_completion_request(
+    request: &Request<'_>,
+    merge_inline_system: bool,
+) -> Result<Converted, CountError> {
     let mut out: Vec<Value> = Vec::new();
+    convert_system(request, merge_inline_system, &mut out);
+
+    // `# Convert messages`
+    for m in &request.messages {
+        if m.role == "system" && merge_inline_system {
+            continue;
+        }
+        convert_message(m, &mut out)?;
+    }
+
+    apply_reasoning_enabled(request.thinking)?;
+    let chat_tools = convert_tools(&request.tools);
+    let chat_tool_choice = convert_tool_choice(request.tool_choice, &request.tools, &chat_tools)?;
+
+    let mut chat = Map::new();
+    chat.insert("messages".into(), Value::Array(out));
+    chat.insert(
+        "model".into(),
+        request.model.cloned().unwrap_or(Value::Null),
+    );
+    if !chat_tools.is_empty() {
+        chat.insert("tools".into(), Value::Array(chat_tools));
+    }
+    chat.insert("tool_choice".into(), chat_tool_choice);
+    Ok(Converted {
+        body: Value::Object(chat),
+        options: Options {
+            // `output_config.effort`, assigned after construction (`xhigh` → `max`).
+            assigned_reasoning_effort: request
+                .effort
+                .map(|e| Value::String(if e == "xhigh" { "max" } else { e }.into())),
+            ..Options::default()
+        },
+    })
+}
+
+/// The `system_parts` block of `_convert_to_chat_completion_request`: the
+/// top-level system, then (when merging) the `role: "system"` messages.
+fn convert_system(request: &Request<'_>, merge_inline_system: bool, out: &mut Vec<Value>) {
     let mut system_parts: Vec<String> = Vec::new();
-    match &system {
+    match &request.system {
         Some(Content::Text(s)) if !py::strip(s).is_empty() => {
             system_parts.push((*s).to_owned());
         }
@@ -479,7 +563,7 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         Some(Content::Text(_)) | None => {}
     }
     if merge_inline_system {
-        for m in messages.iter().filter(|m| m.role == "system") {
+        for m in request.messages.iter().filter(|m| m.role == "system") {
             if let Some(text) = extract_system_text(&m.content) {
                 system_parts.push(text);
             }
@@ -488,119 +572,127 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
     if !system_parts.is_empty() {
         out.push(json!({"role": "system", "content": system_parts.join("\n")}));
     }
+}
 
-    for m in &messages {
-        if m.role == "system" && merge_inline_system {
-            continue;
+/// One turn of `_convert_to_chat_completion_request`'s `# Convert messages`
+/// loop.
+fn convert_message(m: &Message<'_>, out: &mut Vec<Value>) -> Result<(), CountError> {
+    let blocks = match &m.content {
+        Content::Text(s) => {
+            out.push(json!({"role": m.role, "content": s}));
+            return Ok(());
         }
-        let blocks = match &m.content {
-            Content::Text(s) => {
-                out.push(json!({"role": m.role, "content": s}));
-                continue;
-            }
-            Content::Blocks(b) => b,
-        };
-        let mut msg = Map::new();
-        msg.insert("role".into(), Value::String(m.role.into()));
-        let mut parts: Vec<Value> = Vec::new();
-        let mut tool_calls: Vec<Value> = Vec::new();
-        if m.role == "assistant" {
-            if blocks.iter().any(|b| matches!(b, Block::RedactedThinking)) {
-                return Err(invalid_param(
-                    "Anthropic redacted_thinking history is not supported",
-                    "messages",
-                ));
-            }
-            if blocks
-                .iter()
-                .any(|b| matches!(b, Block::Thinking(t) if !t.is_empty()))
-            {
-                return Err(unmeasurable(
-                    "assistant thinking blocks are refused: SGLang drops them or wraps them into the \
-                     prompt depending on its --reasoning-parser, which the guard cannot see",
-                ));
-            }
-        }
-        for b in blocks {
-            match b {
-                Block::Thinking(_) | Block::RedactedThinking | Block::EmptyImage => {}
-                Block::Text(t) => parts.push(json!({"type": "text", "text": t})),
-                Block::Image => return Err(image_refusal()),
-                Block::SearchResult { .. } => {
-                    let text = search_result_text(b)?;
-                    if !text.is_empty() {
-                        parts.push(json!({"type": "text", "text": text}));
-                    }
-                }
-                Block::ToolUse { id, name, input } => {
-                    if m.role == "system" {
-                        return Err(unmeasurable(
-                            "tool_use blocks in a system message are refused: SGLang renders their \
-                             arguments as a Python json.dumps string the guard does not reproduce",
-                        ));
-                    }
-                    if id.is_empty() {
-                        return Err(unmeasurable(
-                            "a tool_use block with an empty id is refused: SGLang replaces it with a \
-                             random id",
-                        ));
-                    }
-                    // `json.dumps(block.input or {})`, which the chat path parses back.
-                    let arguments = Value::Object(input.cloned().unwrap_or_default());
-                    tool_calls.push(json!({
-                        "id": id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }));
-                }
-                Block::ToolReference { .. } => {}
-                Block::ToolResult {
-                    tool_use_id,
-                    id,
-                    content,
-                } => {
-                    let (contents, text) = tool_result_content(content)?;
-                    let call_id = [*tool_use_id, *id]
-                        .into_iter()
-                        .flatten()
-                        .find(|s| !s.is_empty())
-                        .unwrap_or("");
-                    if m.role == "user" {
-                        emit_user_message(&mut out, &mut parts);
-                        for c in contents {
-                            out.push(
-                                json!({"role": "tool", "tool_call_id": call_id, "content": c}),
-                            );
-                        }
-                    } else {
-                        parts.push(json!({"type": "text", "text": format!("Tool result: {text}")}));
-                    }
+        Content::Blocks(b) => b,
+    };
+    let mut msg = Map::new();
+    msg.insert("role".into(), Value::String(m.role.into()));
+    let mut parts: Vec<Value> = Vec::new();
+    let mut tool_calls: Vec<Value> = Vec::new();
+    if m.role == "assistant" {
+        convert_assistant_thinking_blocks(blocks)?;
+    }
+    for b in blocks {
+        match b {
+            Block::Thinking(_) | Block::RedactedThinking | Block::EmptyImage => {}
+            Block::Text(t) => parts.push(json!({"type": "text", "text": t})),
+            Block::Image => return Err(image_refusal()),
+            Block::SearchResult { .. } => {
+                let text = search_result_text(b)?;
+                if !text.is_empty() {
+                    parts.push(json!({"type": "text", "text": text}));
                 }
             }
-        }
-        if !tool_calls.is_empty() {
-            msg.insert("tool_calls".into(), Value::Array(tool_calls.clone()));
-        }
-        if !parts.is_empty() {
-            let content = match parts.as_slice() {
-                [only] if only.get("type").and_then(Value::as_str) == Some("text") => {
-                    only.get("text").cloned().unwrap_or(Value::Null)
+            Block::ToolUse { id, name, input } => {
+                if m.role == "system" {
+                    return Err(unmeasurable(
+                        "tool_use blocks in a system message are refused: SGLang renders their \
+                         arguments as a Python json.dumps string the guard does not reproduce",
+                    ));
                 }
-                _ => Value::Array(parts),
-            };
-            msg.insert("content".into(), content);
-            out.push(Value::Object(msg));
-        } else if !tool_calls.is_empty() {
-            out.push(Value::Object(msg));
-        } else if m.role == "user" {
-            continue;
-        } else {
-            msg.insert("content".into(), Value::String(String::new()));
-            out.push(Value::Object(msg));
+                if id.is_empty() {
+                    return Err(unmeasurable(
+                        "a tool_use block with an empty id is refused: SGLang replaces it with a \
+                         random id",
+                    ));
+                }
+                // `json.dumps(block.input or {})`, which the chat path parses back.
+                let arguments = Value::Object(input.cloned().unwrap_or_default());
+                tool_calls.push(json!({
+                    "id": id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }));
+            }
+            Block::ToolReference { .. } => {}
+            Block::ToolResult {
+                tool_use_id,
+                id,
+                content,
+            } => {
+                let (contents, text) = tool_result_content(content)?;
+                let call_id = [*tool_use_id, *id]
+                    .into_iter()
+                    .flatten()
+                    .find(|s| !s.is_empty())
+                    .unwrap_or("");
+                if m.role == "user" {
+                    emit_user_message(out, &mut parts);
+                    for c in contents {
+                        out.push(json!({"role": "tool", "tool_call_id": call_id, "content": c}));
+                    }
+                } else {
+                    parts.push(json!({"type": "text", "text": format!("Tool result: {text}")}));
+                }
+            }
         }
     }
+    if !tool_calls.is_empty() {
+        msg.insert("tool_calls".into(), Value::Array(tool_calls.clone()));
+    }
+    if !parts.is_empty() {
+        let content = match parts.as_slice() {
+            [only] if only.get("type").and_then(Value::as_str) == Some("text") => {
+                only.get("text").cloned().unwrap_or(Value::Null)
+            }
+            _ => Value::Array(parts),
+        };
+        msg.insert("content".into(), content);
+        out.push(Value::Object(msg));
+    } else if !tool_calls.is_empty() {
+        out.push(Value::Object(msg));
+    } else if m.role == "user" {
+        // Entirely tool results: the tool messages are already out.
+    } else {
+        msg.insert("content".into(), Value::String(String::new()));
+        out.push(Value::Object(msg));
+    }
+    Ok(())
+}
 
-    // `apply_reasoning_enabled` without a reasoning parser.
+/// `_convert_assistant_thinking_blocks`, as far as the guard can follow it:
+/// redacted thinking is SGLang's own error, and non-empty thinking is refused
+/// (its fate depends on the server's reasoning parser).
+fn convert_assistant_thinking_blocks(blocks: &[Block<'_>]) -> Result<(), CountError> {
+    if blocks.iter().any(|b| matches!(b, Block::RedactedThinking)) {
+        return Err(invalid_param(
+            "Anthropic redacted_thinking history is not supported",
+            "messages",
+        ));
+    }
+    if blocks
+        .iter()
+        .any(|b| matches!(b, Block::Thinking(t) if !t.is_empty()))
+    {
+        return Err(unmeasurable(
+            "assistant thinking blocks are refused: SGLang drops them or wraps them into the \
+             prompt depending on its --reasoning-parser, which the guard cannot see",
+        ));
+    }
+    Ok(())
+}
+
+/// `apply_reasoning_enabled` without a reasoning parser.
+fn apply_reasoning_enabled(thinking: Option<&str>) -> Result<(), CountError> {
     if let Some(t) = thinking {
         if t != "disabled" {
             return Err(invalid_param(
@@ -609,11 +701,14 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ));
         }
     }
+    Ok(())
+}
 
-    // Tools: server tools were skipped; each custom tool becomes
-    // `Tool(type="function", defer_loading=..., function={name, description or "",
-    // parameters, strict})`.
-    let chat_tools: Vec<Value> = tools
+/// The `# Convert tools` block of `_convert_to_chat_completion_request`:
+/// server tools were skipped; each custom tool becomes `Tool(type="function",
+/// defer_loading=..., function={name, description or "", parameters, strict})`.
+fn convert_tools(tools: &[CustomTool<'_>]) -> Vec<Value> {
+    tools
         .iter()
         .map(|t| {
             json!({
@@ -627,8 +722,16 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
                 "defer_loading": t.defer_loading,
             })
         })
-        .collect();
-    let chat_tool_choice = match tool_choice {
+        .collect()
+}
+
+/// The `# Convert tool choice` block of `_convert_to_chat_completion_request`.
+fn convert_tool_choice(
+    tool_choice: Option<(&str, Option<&str>)>,
+    tools: &[CustomTool<'_>],
+    chat_tools: &[Value],
+) -> Result<Value, CountError> {
+    Ok(match tool_choice {
         Some(("none", _)) => json!("none"),
         Some((kind, name)) if !chat_tools.is_empty() => match kind {
             "auto" => json!("auto"),
@@ -660,26 +763,6 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         Some(_) => json!("none"),
         None if !chat_tools.is_empty() => json!("auto"),
         None => json!("none"),
-    };
-
-    let mut chat = Map::new();
-    chat.insert("messages".into(), Value::Array(out));
-    chat.insert(
-        "model".into(),
-        top.get("model").cloned().unwrap_or(Value::Null),
-    );
-    if !chat_tools.is_empty() {
-        chat.insert("tools".into(), Value::Array(chat_tools));
-    }
-    chat.insert("tool_choice".into(), chat_tool_choice);
-    Ok(Converted {
-        body: Value::Object(chat),
-        options: Options {
-            // `output_config.effort`, assigned after construction (`xhigh` → `max`).
-            assigned_reasoning_effort: effort
-                .map(|e| Value::String(if e == "xhigh" { "max" } else { e }.into())),
-            ..Options::default()
-        },
     })
 }
 

@@ -82,28 +82,27 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         ));
     }
 
-    // `normalize_reasoning_to_thinking`: effort "none" turns thinking off,
-    // explicit kwargs winning.
-    let mut ctk: Option<Value> = top.get("chat_template_kwargs").cloned();
-    if let Some(Value::Object(r)) = top.get("reasoning") {
-        let effort = match r.get("effort") {
-            Some(v) if py::truthy(v) => Some(v),
-            _ => r.get("reasoning_effort"),
-        };
-        if effort.and_then(Value::as_str) == Some("none") {
-            let mut m = Map::new();
-            m.insert("thinking".into(), Value::Bool(false));
-            m.insert("enable_thinking".into(), Value::Bool(false));
-            if let Some(Value::Object(existing)) = &ctk {
-                for (k, v) in existing {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-            ctk = Some(Value::Object(m));
-        }
-    }
+    let request = responses_request(top)?;
+    let effective = create_responses(&request)?;
+    make_request(request, &effective, inline_system)
+}
 
-    // --- field validation (prompt-shaping fields) -------------------------------
+/// A validated `ResponsesRequest` (the prompt-shaping fields).
+struct ResponsesRequest<'a> {
+    input: Input<'a>,
+    instructions: Option<&'a str>,
+    model: String,
+    /// `reasoning.effort`.
+    effort: Option<Value>,
+    chat_template_kwargs: Option<Value>,
+    tools: Vec<ResponseTool<'a>>,
+    tool_choice: Value,
+}
+
+/// `ResponsesRequest` validation, after its `normalize_reasoning_to_thinking`
+/// validator, field by field in the order the errors are reported.
+fn responses_request(top: &Map<String, Value>) -> Result<ResponsesRequest<'_>, CountError> {
+    let ctk = normalize_reasoning_to_thinking(top);
     let input = match top.get("input") {
         None => return Err(invalid_param("input: Field required", "input")),
         Some(Value::String(s)) => Input::Text(s),
@@ -148,28 +147,9 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ))
         }
     };
-    let effort: Option<Value> = match top.get("reasoning") {
+    let effort = match top.get("reasoning") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(r)) => match r.get("effort") {
-            // `ResponseReasoningParam.effort` defaults to "medium".
-            None => Some(json!("medium")),
-            Some(Value::Null) => None,
-            Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => {
-                Some(Value::String(s.clone()))
-            }
-            Some(_) => {
-                return Err(invalid_param(
-                    "reasoning.effort: Input should be one of the effort tiers",
-                    "reasoning",
-                ))
-            }
-        },
-        Some(_) => {
-            return Err(invalid_param(
-                "reasoning: Input should be a valid dictionary",
-                "reasoning",
-            ))
-        }
+        Some(v) => reasoning_effort(v)?,
     };
     match &ctk {
         None | Some(Value::Null | Value::Object(_)) => {}
@@ -194,17 +174,76 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ))
         }
     };
+    Ok(ResponsesRequest {
+        input,
+        instructions,
+        model,
+        effort,
+        chat_template_kwargs: ctk,
+        tools,
+        tool_choice,
+    })
+}
 
-    // --- `create_responses` checks ------------------------------------------------
+/// `ResponsesRequest.normalize_reasoning_to_thinking`: effort "none" turns
+/// thinking off, explicit kwargs winning. Returns the `chat_template_kwargs`.
+fn normalize_reasoning_to_thinking(top: &Map<String, Value>) -> Option<Value> {
+    let mut ctk: Option<Value> = top.get("chat_template_kwargs").cloned();
+    if let Some(Value::Object(r)) = top.get("reasoning") {
+        let effort = match r.get("effort") {
+            Some(v) if py::truthy(v) => Some(v),
+            _ => r.get("reasoning_effort"),
+        };
+        if effort.and_then(Value::as_str) == Some("none") {
+            let mut m = Map::new();
+            m.insert("thinking".into(), Value::Bool(false));
+            m.insert("enable_thinking".into(), Value::Bool(false));
+            if let Some(Value::Object(existing)) = &ctk {
+                for (k, v) in existing {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+            ctk = Some(Value::Object(m));
+        }
+    }
+    ctk
+}
+
+/// `ResponseReasoningParam` (a non-null `reasoning`): its `effort`.
+fn reasoning_effort(reasoning: &Value) -> Result<Option<Value>, CountError> {
+    match reasoning {
+        Value::Object(r) => match r.get("effort") {
+            // `ResponseReasoningParam.effort` defaults to "medium".
+            None => Ok(Some(json!("medium"))),
+            Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => {
+                Ok(Some(Value::String(s.clone())))
+            }
+            Some(_) => Err(invalid_param(
+                "reasoning.effort: Input should be one of the effort tiers",
+                "reasoning",
+            )),
+        },
+        _ => Err(invalid_param(
+            "reasoning: Input should be a valid dictionary",
+            "reasoning",
+        )),
+    }
+}
+
+/// `OpenAIServingResponses.create_responses`' request checks (`tool_choice`
+/// against `tools`); returns the effective tool choice.
+fn create_responses(request: &ResponsesRequest<'_>) -> Result<EffectiveChoice, CountError> {
+    let tools = &request.tools;
     let callable = |t: &ResponseTool<'_>| t.kind == "function" || t.kind == "custom";
-    if tool_choice.as_str() == Some("required") && !tools.iter().any(callable) {
+    if request.tool_choice.as_str() == Some("required") && !tools.iter().any(callable) {
         return Err(invalid_param(
             "tool_choice=\"required\" requires at least one tool with type=\"function\" or \
              type=\"custom\"; other built-in tool types cannot be forced.",
             "tool_choice",
         ));
     }
-    let effective = effective_tool_choice(&tool_choice)?;
+    let effective = effective_tool_choice(&request.tool_choice)?;
     if let Some(name) = &effective.named {
         if !tools
             .iter()
@@ -216,9 +255,18 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
             ));
         }
     }
+    Ok(effective)
+}
 
-    // --- `_construct_input_messages` ---------------------------------------------
-    let messages = construct_input_messages(instructions, &input, inline_system)?;
+/// `OpenAIServingResponses._make_request`: `_construct_input_messages`, then
+/// the `ChatCompletionRequest` (`_response_tools_to_chat_tools`,
+/// `_chat_tool_choice`, `reasoning.effort`, `chat_template_kwargs`).
+fn make_request(
+    request: ResponsesRequest<'_>,
+    effective: &EffectiveChoice,
+    inline_system: bool,
+) -> Result<Converted, CountError> {
+    let messages = construct_input_messages(request.instructions, &request.input, inline_system)?;
     if messages.is_empty() {
         // transformers' `apply_chat_template` raises before rendering.
         return Err(invalid_param(
@@ -227,8 +275,7 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         ));
     }
 
-    // --- `_make_request` ------------------------------------------------------------
-    let chat_tools: Vec<Value> = tools.iter().filter_map(chat_tool).collect();
+    let chat_tools: Vec<Value> = request.tools.iter().filter_map(chat_tool).collect();
     let chat_tool_choice = if chat_tools.is_empty() {
         Value::String("none".into())
     } else {
@@ -238,16 +285,16 @@ pub fn convert(body: &Value, inline_system: bool) -> Result<Converted, CountErro
         }
     };
     let mut chat = Map::new();
-    chat.insert("model".into(), Value::String(model));
+    chat.insert("model".into(), Value::String(request.model));
     chat.insert("messages".into(), Value::Array(messages));
     if !chat_tools.is_empty() {
         chat.insert("tools".into(), Value::Array(chat_tools));
     }
     chat.insert("tool_choice".into(), chat_tool_choice);
-    if let Some(e) = effort {
+    if let Some(e) = request.effort {
         chat.insert("reasoning_effort".into(), e);
     }
-    if let Some(k) = ctk.filter(|k| !k.is_null()) {
+    if let Some(k) = request.chat_template_kwargs.filter(|k| !k.is_null()) {
         chat.insert("chat_template_kwargs".into(), k);
     }
     Ok(Converted {

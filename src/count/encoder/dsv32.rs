@@ -858,7 +858,9 @@ impl Scans {
 }
 
 /// `render_message(index, messages, thinking_mode)`, with `scans` holding
-/// the two scans of `messages` it makes ([`Scans`]).
+/// the two scans of `messages` it makes ([`Scans`]). The Python function is
+/// itself ~135 lines; its `if role == ...` branches are the
+/// `render_*_message` functions below.
 fn render_message(
     index: usize,
     messages: &[Cow<'_, Value>],
@@ -872,23 +874,6 @@ fn render_message(
         )));
     }
     // `thinking_mode not in ["chat", "thinking"]` cannot happen with the enum.
-    let thinking = thinking_mode == ThinkingMode::Thinking;
-    let idx = index as isize;
-    // `messages[i]` with Python's negative indices (i >= -1 here).
-    let at = |i: isize| -> Result<&Value, Dsv32Error> {
-        let j = if i < 0 {
-            i + messages.len() as isize
-        } else {
-            i
-        };
-        usize::try_from(j)
-            .ok()
-            .and_then(|j| messages.get(j))
-            .map(|m| &**m)
-            .ok_or_else(|| error("IndexError", "list index out of range"))
-    };
-
-    let mut prompt = String::new();
     let msg: &Value = &messages[index];
     let last_user_idx = scans.last_user_idx.clone()?;
 
@@ -910,157 +895,247 @@ fn render_message(
         false => None,
     };
 
+    // `index == last_user_idx and thinking_mode == "thinking"`.
+    let opens_thinking = index as isize == last_user_idx && thinking_mode == ThinkingMode::Thinking;
     if is_str(role, "system") {
-        prompt += &format(SYSTEM_MSG_TEMPLATE, &[("content", &str_or_empty(content)?)]);
-        if let Some(tools) = &tools {
-            prompt += "\n\n";
-            prompt += &render_tools(tools);
-        }
-
-        if py::truthy(response_format) {
-            prompt += "\n\n";
-            prompt += &format(
-                RESPONSE_FORMAT_TEMPLATE,
-                &[("schema", &to_json(response_format))],
-            );
-        }
+        render_system_message(content, tools.as_deref(), response_format)
     } else if is_str(role, "developer") {
-        if !py::truthy(content) {
+        render_developer_message(
+            msg,
+            content,
+            tools.as_deref(),
+            response_format,
+            opens_thinking,
+        )
+    } else if is_str(role, "user") {
+        render_user_message(content, opens_thinking)
+    } else if is_str(role, "tool") {
+        render_tool_message(
+            index,
+            messages,
+            scans,
+            content,
+            last_user_idx,
+            thinking_mode,
+        )
+    } else if is_str(role, "assistant") {
+        render_assistant_message(
+            index,
+            msg,
+            content,
+            tool_calls.as_deref(),
+            reasoning_content,
+            last_user_idx,
+            thinking_mode,
+        )
+    } else {
+        Err(error(
+            "NotImplementedError",
+            format!("Unknown role: {}", str_in_message(role)),
+        ))
+    }
+}
+
+/// `render_message`, its `role == "system"` branch.
+fn render_system_message(
+    content: &Value,
+    tools: Option<&[&Value]>,
+    response_format: &Value,
+) -> Result<String, Dsv32Error> {
+    let mut prompt = format(SYSTEM_MSG_TEMPLATE, &[("content", &str_or_empty(content)?)]);
+    if let Some(tools) = tools {
+        prompt += "\n\n";
+        prompt += &render_tools(tools);
+    }
+
+    if py::truthy(response_format) {
+        prompt += "\n\n";
+        prompt += &format(
+            RESPONSE_FORMAT_TEMPLATE,
+            &[("schema", &to_json(response_format))],
+        );
+    }
+    Ok(prompt)
+}
+
+/// `render_message`, its `role == "developer"` branch.
+fn render_developer_message(
+    msg: &Value,
+    content: &Value,
+    tools: Option<&[&Value]>,
+    response_format: &Value,
+    opens_thinking: bool,
+) -> Result<String, Dsv32Error> {
+    if !py::truthy(content) {
+        return Err(encoding_error(format!(
+            "Invalid message for role `developer`: {}",
+            str_in_message(msg)
+        )));
+    }
+    let mut content_developer = String::new();
+    if let Some(tools) = tools {
+        content_developer += "\n\n";
+        content_developer += &render_tools(tools);
+    }
+
+    if py::truthy(response_format) {
+        content_developer += "\n\n";
+        content_developer += &format(
+            RESPONSE_FORMAT_TEMPLATE,
+            &[("schema", &to_json(response_format))],
+        );
+    }
+
+    content_developer += "\n\n# The user's message is: ";
+    content_developer += &str_of(content)?;
+
+    let mut prompt = format(USER_MSG_TEMPLATE, &[("content", &content_developer)]);
+    if opens_thinking {
+        prompt += THINKING_START_TOKEN;
+    } else {
+        prompt += THINKING_END_TOKEN;
+    }
+    Ok(prompt)
+}
+
+/// `render_message`, its `role == "user"` branch.
+fn render_user_message(content: &Value, opens_thinking: bool) -> Result<String, Dsv32Error> {
+    let mut prompt = format(USER_MSG_TEMPLATE, &[("content", &str_of(content)?)]);
+
+    if opens_thinking {
+        prompt += THINKING_START_TOKEN;
+    } else {
+        prompt += THINKING_END_TOKEN;
+    }
+    Ok(prompt)
+}
+
+/// `render_message`, its `role == "tool"` branch.
+fn render_tool_message(
+    index: usize,
+    messages: &[Cow<'_, Value>],
+    scans: &Scans,
+    content: &Value,
+    last_user_idx: isize,
+    thinking_mode: ThinkingMode,
+) -> Result<String, Dsv32Error> {
+    let idx = index as isize;
+    // `messages[i]` with Python's negative indices (i >= -1 here).
+    let at = |i: isize| -> Result<&Value, Dsv32Error> {
+        let j = if i < 0 {
+            i + messages.len() as isize
+        } else {
+            i
+        };
+        usize::try_from(j)
+            .ok()
+            .and_then(|j| messages.get(j))
+            .map(|m| &**m)
+            .ok_or_else(|| error("IndexError", "list index out of range"))
+    };
+    let mut prompt = String::new();
+
+    // prev_assistant_idx = index - 1, then back over "tool" messages.
+    let prev_assistant_idx = scans.prev_assistant_idx[index].clone()?;
+    let assistant_msg = at(prev_assistant_idx)?;
+
+    if !(index == 0
+        || (prev_assistant_idx >= 0 && is_str(get(assistant_msg, "role")?, "assistant")))
+    {
+        return Err(encoding_error(format!(
+            "Invalid messages at {index}:\n{}",
+            str_in_message(assistant_msg)
+        )));
+    }
+
+    let tool_call_order = (idx - prev_assistant_idx) as usize;
+    let assistant_tool_calls = get(assistant_msg, "tool_calls")?;
+    if !(py::truthy(assistant_tool_calls) && len(assistant_tool_calls)? >= tool_call_order) {
+        return Err(encoding_error("No tool calls but found tool output"));
+    }
+
+    if tool_call_order == 1 {
+        prompt += "\n\n<function_results>";
+    }
+
+    prompt += &format(TOOL_OUTPUT_TEMPLATE, &[("content", &str_of(content)?)]);
+
+    if tool_call_order == len(assistant_tool_calls)? {
+        prompt += "\n</function_results>";
+
+        if idx >= last_user_idx && thinking_mode == ThinkingMode::Thinking {
+            prompt += "\n\n";
+            prompt += THINKING_START_TOKEN;
+        } else {
+            prompt += "\n\n";
+            prompt += THINKING_END_TOKEN;
+        }
+    }
+    Ok(prompt)
+}
+
+/// `render_message`, its `role == "assistant"` branch.
+fn render_assistant_message(
+    index: usize,
+    msg: &Value,
+    content: &Value,
+    tool_calls: Option<&[ToolCall<'_>]>,
+    reasoning_content: &Value,
+    last_user_idx: isize,
+    thinking_mode: ThinkingMode,
+) -> Result<String, Dsv32Error> {
+    let mut thinking_part = String::new();
+
+    let mut tool_calls_content = String::new();
+    if let Some(tool_calls) = tool_calls {
+        let rendered = tool_calls
+            .iter()
+            .map(|tool_call| {
+                let name = str_of(tool_call.name)?;
+                let arguments = encode_arguments_to_dsml(tool_call)?;
+                Ok(format(
+                    TOOL_CALL_TEMPLATE,
+                    &[
+                        ("dsml_token", DSML_TOKEN),
+                        ("name", &name),
+                        ("arguments", &arguments),
+                    ],
+                ))
+            })
+            .collect::<Result<Vec<String>, Dsv32Error>>()?;
+        tool_calls_content += "\n\n";
+        tool_calls_content += &format(
+            TOOL_CALLS_TEMPLATE,
+            &[
+                ("dsml_token", DSML_TOKEN),
+                ("tool_calls", &rendered.join("\n")),
+            ],
+        );
+    }
+
+    let summary_content = str_or_empty(content)?;
+
+    if thinking_mode == ThinkingMode::Thinking && index as isize > last_user_idx {
+        if !(py::truthy(reasoning_content) || tool_calls.is_some()) {
             return Err(encoding_error(format!(
-                "Invalid message for role `{}`: {}",
-                str_in_message(role),
+                "ThinkingMode: {thinking_mode}, invalid message without reasoning_content/tool_calls `{}` after last user message",
                 str_in_message(msg)
             )));
         }
-        let mut content_developer = String::new();
-        if let Some(tools) = &tools {
-            content_developer += "\n\n";
-            content_developer += &render_tools(tools);
-        }
-
-        if py::truthy(response_format) {
-            content_developer += "\n\n";
-            content_developer += &format(
-                RESPONSE_FORMAT_TEMPLATE,
-                &[("schema", &to_json(response_format))],
-            );
-        }
-
-        content_developer += "\n\n# The user's message is: ";
-        content_developer += &str_of(content)?;
-
-        prompt += &format(USER_MSG_TEMPLATE, &[("content", &content_developer)]);
-        if idx == last_user_idx && thinking {
-            prompt += THINKING_START_TOKEN;
-        } else {
-            prompt += THINKING_END_TOKEN;
-        }
-    } else if is_str(role, "user") {
-        prompt += &format(USER_MSG_TEMPLATE, &[("content", &str_of(content)?)]);
-
-        if idx == last_user_idx && thinking {
-            prompt += THINKING_START_TOKEN;
-        } else {
-            prompt += THINKING_END_TOKEN;
-        }
-    } else if is_str(role, "tool") {
-        // prev_assistant_idx = index - 1, then back over "tool" messages.
-        let prev_assistant_idx = scans.prev_assistant_idx[index].clone()?;
-        let assistant_msg = at(prev_assistant_idx)?;
-
-        if !(index == 0
-            || (prev_assistant_idx >= 0 && is_str(get(assistant_msg, "role")?, "assistant")))
-        {
-            return Err(encoding_error(format!(
-                "Invalid messages at {index}:\n{}",
-                str_in_message(assistant_msg)
-            )));
-        }
-
-        let tool_call_order = (idx - prev_assistant_idx) as usize;
-        let assistant_tool_calls = get(assistant_msg, "tool_calls")?;
-        if !(py::truthy(assistant_tool_calls) && len(assistant_tool_calls)? >= tool_call_order) {
-            return Err(encoding_error("No tool calls but found tool output"));
-        }
-
-        if tool_call_order == 1 {
-            prompt += "\n\n<function_results>";
-        }
-
-        prompt += &format(TOOL_OUTPUT_TEMPLATE, &[("content", &str_of(content)?)]);
-
-        if tool_call_order == len(assistant_tool_calls)? {
-            prompt += "\n</function_results>";
-
-            if idx >= last_user_idx && thinking {
-                prompt += "\n\n";
-                prompt += THINKING_START_TOKEN;
-            } else {
-                prompt += "\n\n";
-                prompt += THINKING_END_TOKEN;
-            }
-        }
-    } else if is_str(role, "assistant") {
-        let mut thinking_part = String::new();
-
-        let mut tool_calls_content = String::new();
-        if let Some(tool_calls) = &tool_calls {
-            let rendered = tool_calls
-                .iter()
-                .map(|tool_call| {
-                    let name = str_of(tool_call.name)?;
-                    let arguments = encode_arguments_to_dsml(tool_call)?;
-                    Ok(format(
-                        TOOL_CALL_TEMPLATE,
-                        &[
-                            ("dsml_token", DSML_TOKEN),
-                            ("name", &name),
-                            ("arguments", &arguments),
-                        ],
-                    ))
-                })
-                .collect::<Result<Vec<String>, Dsv32Error>>()?;
-            tool_calls_content += "\n\n";
-            tool_calls_content += &format(
-                TOOL_CALLS_TEMPLATE,
-                &[
-                    ("dsml_token", DSML_TOKEN),
-                    ("tool_calls", &rendered.join("\n")),
-                ],
-            );
-        }
-
-        let summary_content = str_or_empty(content)?;
-
-        if thinking && idx > last_user_idx {
-            if !(py::truthy(reasoning_content) || tool_calls.is_some()) {
-                return Err(encoding_error(format!(
-                    "ThinkingMode: {thinking_mode}, invalid message without reasoning_content/tool_calls `{}` after last user message",
-                    str_in_message(msg)
-                )));
-            }
-            thinking_part = format(
-                THINKING_TEMPLATE,
-                &[("reasoning_content", &str_or_empty(reasoning_content)?)],
-            ) + THINKING_END_TOKEN;
-        }
-
-        prompt += &format(
-            ASSISTANT_MSG_TEMPLATE,
-            &[
-                ("reasoning", &thinking_part),
-                ("content", &summary_content),
-                ("tool_calls", &tool_calls_content),
-            ],
-        );
-    } else {
-        return Err(error(
-            "NotImplementedError",
-            format!("Unknown role: {}", str_in_message(role)),
-        ));
+        thinking_part = format(
+            THINKING_TEMPLATE,
+            &[("reasoning_content", &str_or_empty(reasoning_content)?)],
+        ) + THINKING_END_TOKEN;
     }
 
-    Ok(prompt)
+    Ok(format(
+        ASSISTANT_MSG_TEMPLATE,
+        &[
+            ("reasoning", &thinking_part),
+            ("content", &summary_content),
+            ("tool_calls", &tool_calls_content),
+        ],
+    ))
 }
 
 /// `drop_thinking_messages(messages, last_user_idx=None)`: assistant

@@ -575,8 +575,33 @@ pub fn responses_prompt(
     let top = body
         .as_object()
         .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
+    let request = responses_request(top)?;
+    let named_choice = create_responses(&request, settings)?;
+    make_request_with_harmony(&request, named_choice.as_ref(), settings)?;
+    let messages = construct_input_messages_with_harmony(&request, date)?;
+    render_for_completion(&messages)
+}
 
-    // --- ResponsesRequest validation (the fields the harmony path reads) ----------
+/// A validated `ResponsesRequest` (the fields the harmony path reads).
+struct Request<'a> {
+    input: Input<'a>,
+    instructions: Option<&'a str>,
+    previous_response_id: Option<&'a str>,
+    /// `reasoning.effort`.
+    effort: Option<&'a str>,
+    tools: Vec<Tool<'a>>,
+    tool_choice: Value,
+    background: bool,
+    store: bool,
+    /// `include` asks for `message.output_text.logprobs`.
+    logprobs: bool,
+    /// `text.format` is `json_object` or `json_schema`.
+    json_format: bool,
+}
+
+/// `ResponsesRequest` validation, field by field in the order the errors are
+/// reported.
+fn responses_request(top: &Map<String, Value>) -> Result<Request<'_>, HarmonyError> {
     let input = match top.get("input") {
         None => return Err(invalid("input: Field required")),
         Some(Value::String(s)) => Input::Text(s),
@@ -599,31 +624,9 @@ pub fn responses_prompt(
     let instructions = opt_str(top, "instructions")?;
     opt_str(top, "model")?;
     let previous_response_id = opt_str(top, "previous_response_id")?;
-    let effort: Option<&str> = match top.get("reasoning") {
+    let effort = match top.get("reasoning") {
         None | Some(Value::Null) => None,
-        Some(Value::Object(r)) => {
-            match r.get("summary") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(s)) if ["auto", "concise", "detailed"].contains(&s.as_str()) => {
-                }
-                Some(_) => {
-                    return Err(invalid(
-                        "reasoning.summary: Input should be 'auto', 'concise' or 'detailed'",
-                    ))
-                }
-            }
-            match r.get("effort") {
-                // `ResponseReasoningParam.effort` defaults to "medium".
-                None => Some("medium"),
-                Some(Value::Null) => None,
-                Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => Some(s),
-                Some(_) => {
-                    return Err(invalid(
-                        "reasoning.effort: Input should be one of the effort tiers",
-                    ))
-                }
-            }
-        }
+        Some(Value::Object(r)) => reasoning_effort(r)?,
         Some(_) => return Err(invalid("reasoning: Input should be a valid dictionary")),
     };
     let tools = parse_tools(top.get("tools"))?;
@@ -660,43 +663,91 @@ pub fn responses_prompt(
     };
     let json_format = match top.get("text") {
         None | Some(Value::Null) => false,
-        Some(Value::Object(t)) => match t.get("format") {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(f)) => match f.get("type").and_then(Value::as_str) {
-                Some("text") => false,
-                Some("json_object" | "json_schema") => true,
-                _ => return Err(invalid("text.format: Input should be a valid format")),
-            },
-            Some(_) => return Err(invalid("text.format: Input should be a valid dictionary")),
-        },
+        Some(Value::Object(t)) => text_format_is_json(t)?,
         Some(_) => return Err(invalid("text: Input should be a valid dictionary")),
     };
+    Ok(Request {
+        input,
+        instructions,
+        previous_response_id,
+        effort,
+        tools,
+        tool_choice,
+        background,
+        store,
+        logprobs,
+        json_format,
+    })
+}
 
-    // --- create_responses' checks, in its order -----------------------------------
+/// `ResponseReasoningParam` (a dict `reasoning`): checks `summary`, returns
+/// `effort`.
+fn reasoning_effort(r: &Map<String, Value>) -> Result<Option<&str>, HarmonyError> {
+    match r.get("summary") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) if ["auto", "concise", "detailed"].contains(&s.as_str()) => {}
+        Some(_) => {
+            return Err(invalid(
+                "reasoning.summary: Input should be 'auto', 'concise' or 'detailed'",
+            ))
+        }
+    }
+    match r.get("effort") {
+        // `ResponseReasoningParam.effort` defaults to "medium".
+        None => Ok(Some("medium")),
+        Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => Ok(Some(s)),
+        Some(_) => Err(invalid(
+            "reasoning.effort: Input should be one of the effort tiers",
+        )),
+    }
+}
+
+/// `ResponseTextConfig` (a dict `text`): whether its `format` is a JSON one.
+fn text_format_is_json(t: &Map<String, Value>) -> Result<bool, HarmonyError> {
+    match t.get("format") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(f)) => match f.get("type").and_then(Value::as_str) {
+            Some("text") => Ok(false),
+            Some("json_object" | "json_schema") => Ok(true),
+            _ => Err(invalid("text.format: Input should be a valid format")),
+        },
+        Some(_) => Err(invalid("text.format: Input should be a valid dictionary")),
+    }
+}
+
+/// `OpenAIServingResponses.create_responses`' checks, in its order, up to the
+/// stored-history lookup; returns the named tool choice
+/// (`effective_tool_choice`).
+fn create_responses(
+    request: &Request<'_>,
+    settings: &HarmonySettings,
+) -> Result<Option<Value>, HarmonyError> {
+    let tools = &request.tools;
     let has = |kinds: &[&str]| tools.iter().any(|t| kinds.contains(&t.kind));
     if has(&["shell"]) {
         return Err(invalid("Shell tools are not supported by this model"));
     }
-    if previous_response_id.is_some() && !settings.enable_response_store {
+    if request.previous_response_id.is_some() && !settings.enable_response_store {
         return Err(invalid(
             "Response store is disabled. Stateful Responses require --enable-response-store",
         ));
     }
-    if background && !settings.enable_response_store {
+    if request.background && !settings.enable_response_store {
         return Err(invalid(
             "Response store is disabled. Stateful Responses require --enable-response-store",
         ));
     }
-    if background && !store {
+    if request.background && !request.store {
         return Err(invalid("background=true requires store=true."));
     }
     let callable = |t: &Tool<'_>| t.kind == "function" || t.kind == "custom";
-    if tool_choice.as_str() == Some("required") && !tools.iter().any(callable) {
+    if request.tool_choice.as_str() == Some("required") && !tools.iter().any(callable) {
         return Err(invalid(
             "tool_choice=\"required\" requires at least one tool with type=\"function\" or type=\"custom\"",
         ));
     }
-    let named_choice = effective_tool_choice(&tool_choice)?;
+    let named_choice = effective_tool_choice(&request.tool_choice)?;
     if let Some(name) = &named_choice {
         if !tools.iter().any(|t| {
             callable(t)
@@ -709,16 +760,15 @@ pub fn responses_prompt(
             )));
         }
     }
-    if logprobs {
+    if request.logprobs {
         return Err(invalid("logprobs are not supported with gpt-oss models"));
     }
-    if json_format {
+    if request.json_format {
         return Err(invalid(
             "structured output (text.format) is not supported with gpt-oss models",
         ));
     }
     let browser = settings.tool_server.is_some_and(|t| t.browser);
-    let python = settings.tool_server.is_some_and(|t| t.python);
     if has(&["web_search", "web_search_preview"]) && !browser {
         return Err(invalid(
             "web_search requires a browser backend. Set EXA_API_KEY on the SGLang server to enable \
@@ -733,7 +783,7 @@ pub fn responses_prompt(
             "built-in tools (web_search, code_interpreter) are not supported with prefill-decode disaggregation",
         ));
     }
-    if let Some(id) = previous_response_id {
+    if let Some(id) = request.previous_response_id {
         if !id.starts_with("resp_") {
             return Err(invalid(format!(
                 "Invalid 'response_id': '{id}'. Expected an ID that begins with 'resp'."
@@ -744,30 +794,51 @@ pub fn responses_prompt(
              whose length the guard cannot see",
         ));
     }
-    // `_make_request_with_harmony`.
-    if named_choice.is_some() || tool_choice.as_str().is_some_and(|c| c != "auto") {
+    Ok(named_choice)
+}
+
+/// `OpenAIServingResponses._make_request_with_harmony`'s checks: only
+/// `tool_choice="auto"`, and no tool server that could run a tool mid-request.
+fn make_request_with_harmony(
+    request: &Request<'_>,
+    named_choice: Option<&Value>,
+    settings: &HarmonySettings,
+) -> Result<(), HarmonyError> {
+    if named_choice.is_some() || request.tool_choice.as_str().is_some_and(|c| c != "auto") {
         return Err(invalid(
             "Harmony tool_choice cannot be honoured: recipient-header decoding constraints are not \
              implemented; use tool_choice='auto'.",
         ));
     }
+    let browser = settings.tool_server.is_some_and(|t| t.browser);
+    let python = settings.tool_server.is_some_and(|t| t.python);
     if (browser || python) && !settings.disaggregated {
         return Err(unsupported(
             "the server has a tool server with the browser or python tool: SGLang may run it inside the \
              request and prefill again with the tool's output, which the guard cannot see",
         ));
     }
+    Ok(())
+}
 
-    // --- _construct_input_messages_with_harmony -----------------------------------
-    let developer = developer_text(instructions, &tools)?;
-    let has_function_tools = developer.1;
-    let mut messages: Vec<Msg> = Vec::new();
-    match input {
-        Input::Text(text) => messages.push(Msg::new("user", vec![text.to_owned()])),
+/// `OpenAIServingResponses._construct_input_messages_with_harmony`: the
+/// system message, the developer message, then the input.
+fn construct_input_messages_with_harmony(
+    request: &Request<'_>,
+    date: chrono::NaiveDate,
+) -> Result<Vec<Msg>, HarmonyError> {
+    let (developer, has_function_tools) = developer_text(request.instructions, &request.tools)?;
+    let system = system_text(request.effort, date, has_function_tools);
+    let mut messages = vec![
+        Msg::new("system", vec![system]),
+        Msg::new("developer", vec![developer]),
+    ];
+    match &request.input {
+        Input::Text(text) => messages.push(Msg::new("user", vec![(*text).to_owned()])),
         Input::Items(items) => {
             let mut prev: Vec<&Map<String, Value>> = Vec::new();
             for item in items {
-                messages.push(parse_input_item(item, &prev)?);
+                messages.push(parse_response_input(item, &prev)?);
                 let kind = item.get("type").and_then(Value::as_str);
                 if matches!(kind, Some("function_call" | "custom_tool_call")) {
                     prev.push(item);
@@ -775,19 +846,14 @@ pub fn responses_prompt(
             }
         }
     }
+    Ok(messages)
+}
 
-    // --- render_conversation_for_completion (auto_drop_analysis=True) -------------
+/// `harmony_utils.render_for_completion`: the encoding's
+/// `render_conversation_for_completion` (`auto_drop_analysis=True`) for the
+/// assistant.
+fn render_for_completion(messages: &[Msg]) -> Result<Prompt, HarmonyError> {
     let mut p = Prompt::default();
-    p.special(START);
-    p.text("system");
-    p.special(MESSAGE);
-    p.text(system_text(effort, date, has_function_tools));
-    p.special(END);
-    p.special(START);
-    p.text("developer");
-    p.special(MESSAGE);
-    p.text(developer.0);
-    p.special(END);
     let last_assistant_is_final = messages
         .iter()
         .rev()
@@ -962,192 +1028,22 @@ fn developer_text(
     Ok((sections.join("\n\n"), !functions.is_empty()))
 }
 
-/// `harmony_utils.parse_response_input` for one input item (a dict).
-fn parse_input_item(
+/// `harmony_utils.parse_response_input` for one input item (a dict); each
+/// branch of its `if`/`elif` chain is a function below.
+fn parse_response_input(
     item: &Map<String, Value>,
     prev: &[&Map<String, Value>],
 ) -> Result<Msg, HarmonyError> {
     let kind = item.get("type");
     if kind.is_none() || kind.and_then(Value::as_str) == Some("message") {
-        let role_v = item
-            .get("role")
-            .ok_or_else(|| invalid("KeyError: 'role'"))?;
-        let content = item
-            .get("content")
-            .ok_or_else(|| invalid("KeyError: 'content'"))?;
-        let (role_v, prefix) = if role_v.as_str() == Some("system") {
-            (Value::String("developer".into()), "Instructions:\n")
-        } else {
-            (role_v.clone(), "")
-        };
-        let texts = match content {
-            Value::String(s) => vec![format!("{prefix}{s}")],
-            Value::Array(parts) => {
-                let mut chunks = Vec::new();
-                for part in parts {
-                    let part = part
-                        .as_object()
-                        .ok_or_else(|| invalid("AttributeError: object has no attribute 'get'"))?;
-                    let t = part.get("type").and_then(Value::as_str);
-                    if matches!(t, Some("text" | "input_text" | "output_text")) {
-                        chunks.push(part);
-                    }
-                }
-                let mut texts = Vec::new();
-                for (i, part) in chunks.iter().enumerate() {
-                    let text = match part.get("text") {
-                        None => "",
-                        Some(Value::String(s)) => s,
-                        Some(_) => return Err(invalid("can only concatenate str to str")),
-                    };
-                    texts.push(format!("{}{text}", if i == 0 { prefix } else { "" }));
-                }
-                texts
-            }
-            // Iterating a dict yields its keys, which have no `.get`.
-            Value::Object(o) if o.is_empty() => Vec::new(),
-            Value::Object(_) => {
-                return Err(invalid(
-                    "AttributeError: 'str' object has no attribute 'get'",
-                ))
-            }
-            _ => return Err(invalid("content is not iterable")),
-        };
-        let role = role_of(&role_v)?;
-        let mut msg = Msg::new(role, texts);
-        if role == "assistant" && item.get("phase").is_some_and(|p| !p.is_null()) {
-            msg.channel = Some(
-                if item.get("phase").and_then(Value::as_str) == Some("final_answer") {
-                    "final"
-                } else {
-                    "commentary"
-                },
-            );
-        }
-        return Ok(msg);
+        return message_input(item);
     }
-    let kind = kind.and_then(Value::as_str);
-    match kind {
+    match kind.and_then(Value::as_str) {
         Some("function_call_output" | "custom_tool_call_output") => {
-            let call_id = item
-                .get("call_id")
-                .ok_or_else(|| invalid("KeyError: 'call_id'"))?;
-            let call = prev.iter().rev().find(|p| {
-                matches!(
-                    p.get("type").and_then(Value::as_str),
-                    Some("function_call" | "custom_tool_call")
-                ) && py::eq(p.get("call_id").unwrap_or(&Value::Null), call_id)
-            });
-            let Some(call) = call else {
-                return Err(invalid(format!(
-                    "No call message found for {}",
-                    call_id
-                        .as_str()
-                        .map_or_else(|| call_id.to_string(), str::to_owned)
-                )));
-            };
-            let output = match item.get("output") {
-                None => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => {
-                    let mut s = String::new();
-                    for part in parts.iter().filter_map(Value::as_object) {
-                        match part.get("text") {
-                            None => {}
-                            Some(Value::String(t)) => s.push_str(t),
-                            Some(_) => return Err(invalid("sequence item: expected str instance")),
-                        }
-                    }
-                    s
-                }
-                Some(_) => {
-                    return Err(invalid(
-                        "1 validation error for Message: content.0: Input should be a valid dictionary or instance of Content",
-                    ))
-                }
-            };
-            let name = name_str(call.get("name").unwrap_or(&Value::Null))?;
-            let mut msg = Msg::new("tool", vec![output]);
-            msg.name = Some(format!("functions.{name}"));
-            Ok(msg)
+            tool_call_output_input(item, prev)
         }
-        Some("reasoning") => {
-            let mut text = String::new();
-            for field in ["summary", "content"] {
-                let parts: &[Value] = match item.get(field) {
-                    None => &[],
-                    Some(v) if !py::truthy(v) => &[],
-                    Some(Value::Array(a)) => a,
-                    // A string iterates characters, a dict its keys: no dict parts.
-                    Some(Value::String(_) | Value::Object(_)) => &[],
-                    Some(_) => return Err(invalid(format!("'{field}' is not iterable"))),
-                };
-                let mut texts = Vec::new();
-                for part in parts.iter().filter_map(Value::as_object) {
-                    match part.get("text") {
-                        None => texts.push(""),
-                        Some(Value::String(t)) => texts.push(t),
-                        Some(_) => return Err(invalid("sequence item: expected str instance")),
-                    }
-                }
-                text = texts.join("\n");
-                if !text.is_empty() {
-                    break;
-                }
-            }
-            if text.is_empty() {
-                let blob = item.get("encrypted_content").and_then(Value::as_str);
-                if blob.is_some_and(|b| b.starts_with(REASONING_STATE_PREFIX)) {
-                    return Err(unsupported(
-                        "a reasoning item whose text is SGLang's encrypted_content blob (zlib), which \
-                         the guard does not inflate",
-                    ));
-                }
-            }
-            let mut msg = Msg::new("assistant", vec![text]);
-            msg.channel = Some("analysis");
-            Ok(msg)
-        }
-        Some(k @ ("function_call" | "custom_tool_call")) => {
-            let arguments = if k == "custom_tool_call" {
-                let payload = match item.get("input") {
-                    Some(v) if py::truthy(v) => v.clone(),
-                    _ => Value::String(String::new()),
-                };
-                if ambiguous_number(&payload) {
-                    return Err(ambiguous("a custom_tool_call input"));
-                }
-                let mut m = Map::new();
-                m.insert("input".into(), payload);
-                py::json_dumps(&Value::Object(m), &py::Dumps::UNICODE)
-            } else {
-                match item.get("arguments") {
-                    Some(v) if !py::truthy(v) => "{}".to_owned(),
-                    None => "{}".to_owned(),
-                    Some(Value::String(s)) => s.clone(),
-                    Some(v @ Value::Object(_)) => {
-                        if ambiguous_number(v) {
-                            return Err(ambiguous("function_call arguments"));
-                        }
-                        orjson_dumps(v)
-                    }
-                    Some(_) => {
-                        return Err(invalid(
-                            "1 validation error for Message: content.0: Input should be a valid dictionary or instance of Content",
-                        ))
-                    }
-                }
-            };
-            let name = item
-                .get("name")
-                .ok_or_else(|| invalid("KeyError: 'name'"))?;
-            let name = name_str(name)?;
-            let mut msg = Msg::new("assistant", vec![arguments]);
-            msg.channel = Some("commentary");
-            msg.recipient = Some(format!("functions.{name}"));
-            msg.content_type = Some("json");
-            Ok(msg)
-        }
+        Some("reasoning") => reasoning_input(item),
+        Some(k @ ("function_call" | "custom_tool_call")) => tool_call_input(item, k),
         _ => Err(invalid(format!(
             "Unknown input type: {}",
             item.get("type").map_or("None".into(), |t| t
@@ -1155,6 +1051,198 @@ fn parse_input_item(
                 .map_or_else(|| t.to_string(), str::to_owned))
         ))),
     }
+}
+
+/// `parse_response_input`, its `"type" not in response_msg or
+/// response_msg["type"] == "message"` branch.
+fn message_input(item: &Map<String, Value>) -> Result<Msg, HarmonyError> {
+    let role_v = item
+        .get("role")
+        .ok_or_else(|| invalid("KeyError: 'role'"))?;
+    let content = item
+        .get("content")
+        .ok_or_else(|| invalid("KeyError: 'content'"))?;
+    let (role_v, prefix) = if role_v.as_str() == Some("system") {
+        (Value::String("developer".into()), "Instructions:\n")
+    } else {
+        (role_v.clone(), "")
+    };
+    let texts = match content {
+        Value::String(s) => vec![format!("{prefix}{s}")],
+        Value::Array(parts) => {
+            let mut chunks = Vec::new();
+            for part in parts {
+                let part = part
+                    .as_object()
+                    .ok_or_else(|| invalid("AttributeError: object has no attribute 'get'"))?;
+                let t = part.get("type").and_then(Value::as_str);
+                if matches!(t, Some("text" | "input_text" | "output_text")) {
+                    chunks.push(part);
+                }
+            }
+            let mut texts = Vec::new();
+            for (i, part) in chunks.iter().enumerate() {
+                let text = match part.get("text") {
+                    None => "",
+                    Some(Value::String(s)) => s,
+                    Some(_) => return Err(invalid("can only concatenate str to str")),
+                };
+                texts.push(format!("{}{text}", if i == 0 { prefix } else { "" }));
+            }
+            texts
+        }
+        // Iterating a dict yields its keys, which have no `.get`.
+        Value::Object(o) if o.is_empty() => Vec::new(),
+        Value::Object(_) => {
+            return Err(invalid(
+                "AttributeError: 'str' object has no attribute 'get'",
+            ))
+        }
+        _ => return Err(invalid("content is not iterable")),
+    };
+    let role = role_of(&role_v)?;
+    let mut msg = Msg::new(role, texts);
+    if role == "assistant" && item.get("phase").is_some_and(|p| !p.is_null()) {
+        msg.channel = Some(
+            if item.get("phase").and_then(Value::as_str) == Some("final_answer") {
+                "final"
+            } else {
+                "commentary"
+            },
+        );
+    }
+    Ok(msg)
+}
+
+/// `parse_response_input`, its `function_call_output` /
+/// `custom_tool_call_output` branch.
+fn tool_call_output_input(
+    item: &Map<String, Value>,
+    prev: &[&Map<String, Value>],
+) -> Result<Msg, HarmonyError> {
+    let call_id = item
+        .get("call_id")
+        .ok_or_else(|| invalid("KeyError: 'call_id'"))?;
+    let call = prev.iter().rev().find(|p| {
+        matches!(
+            p.get("type").and_then(Value::as_str),
+            Some("function_call" | "custom_tool_call")
+        ) && py::eq(p.get("call_id").unwrap_or(&Value::Null), call_id)
+    });
+    let Some(call) = call else {
+        return Err(invalid(format!(
+            "No call message found for {}",
+            call_id
+                .as_str()
+                .map_or_else(|| call_id.to_string(), str::to_owned)
+        )));
+    };
+    let output = match item.get("output") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut s = String::new();
+            for part in parts.iter().filter_map(Value::as_object) {
+                match part.get("text") {
+                    None => {}
+                    Some(Value::String(t)) => s.push_str(t),
+                    Some(_) => return Err(invalid("sequence item: expected str instance")),
+                }
+            }
+            s
+        }
+        Some(_) => {
+            return Err(invalid(
+                "1 validation error for Message: content.0: Input should be a valid dictionary or instance of Content",
+            ))
+        }
+    };
+    let name = name_str(call.get("name").unwrap_or(&Value::Null))?;
+    let mut msg = Msg::new("tool", vec![output]);
+    msg.name = Some(format!("functions.{name}"));
+    Ok(msg)
+}
+
+/// `parse_response_input`, its `reasoning` branch.
+fn reasoning_input(item: &Map<String, Value>) -> Result<Msg, HarmonyError> {
+    let mut text = String::new();
+    for field in ["summary", "content"] {
+        let parts: &[Value] = match item.get(field) {
+            None => &[],
+            Some(v) if !py::truthy(v) => &[],
+            Some(Value::Array(a)) => a,
+            // A string iterates characters, a dict its keys: no dict parts.
+            Some(Value::String(_) | Value::Object(_)) => &[],
+            Some(_) => return Err(invalid(format!("'{field}' is not iterable"))),
+        };
+        let mut texts = Vec::new();
+        for part in parts.iter().filter_map(Value::as_object) {
+            match part.get("text") {
+                None => texts.push(""),
+                Some(Value::String(t)) => texts.push(t),
+                Some(_) => return Err(invalid("sequence item: expected str instance")),
+            }
+        }
+        text = texts.join("\n");
+        if !text.is_empty() {
+            break;
+        }
+    }
+    if text.is_empty() {
+        let blob = item.get("encrypted_content").and_then(Value::as_str);
+        if blob.is_some_and(|b| b.starts_with(REASONING_STATE_PREFIX)) {
+            return Err(unsupported(
+                "a reasoning item whose text is SGLang's encrypted_content blob (zlib), which \
+                 the guard does not inflate",
+            ));
+        }
+    }
+    let mut msg = Msg::new("assistant", vec![text]);
+    msg.channel = Some("analysis");
+    Ok(msg)
+}
+
+/// `parse_response_input`, its `function_call` / `custom_tool_call` branch
+/// (`kind` is the item's type).
+fn tool_call_input(item: &Map<String, Value>, kind: &str) -> Result<Msg, HarmonyError> {
+    let arguments = if kind == "custom_tool_call" {
+        let payload = match item.get("input") {
+            Some(v) if py::truthy(v) => v.clone(),
+            _ => Value::String(String::new()),
+        };
+        if ambiguous_number(&payload) {
+            return Err(ambiguous("a custom_tool_call input"));
+        }
+        let mut m = Map::new();
+        m.insert("input".into(), payload);
+        py::json_dumps(&Value::Object(m), &py::Dumps::UNICODE)
+    } else {
+        match item.get("arguments") {
+            Some(v) if !py::truthy(v) => "{}".to_owned(),
+            None => "{}".to_owned(),
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ Value::Object(_)) => {
+                if ambiguous_number(v) {
+                    return Err(ambiguous("function_call arguments"));
+                }
+                orjson_dumps(v)
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "1 validation error for Message: content.0: Input should be a valid dictionary or instance of Content",
+                ))
+            }
+        }
+    };
+    let name = item
+        .get("name")
+        .ok_or_else(|| invalid("KeyError: 'name'"))?;
+    let name = name_str(name)?;
+    let mut msg = Msg::new("assistant", vec![arguments]);
+    msg.channel = Some("commentary");
+    msg.recipient = Some(format!("functions.{name}"));
+    msg.content_type = Some("json");
+    Ok(msg)
 }
 
 /// `Render<Message>`.
@@ -1430,36 +1518,11 @@ fn default_comment(default: &Value, schema: &Value) -> Result<String, HarmonyErr
     })
 }
 
-/// `HarmonyEncoding::json_schema_to_typescript`.
+/// `HarmonyEncoding::json_schema_to_typescript`; its `oneOf` and `object`
+/// branches are the functions below.
 fn typescript(schema: &Value, indent: &str) -> Result<String, HarmonyError> {
     if let Some(arr) = schema.get("oneOf").and_then(Value::as_array) {
-        let mut out = String::new();
-        let mut first = true;
-        for variant in arr {
-            if !first {
-                out.push('\n');
-                let _ = write!(out, "{indent} | ");
-            } else {
-                let _ = write!(out, "\n{indent} | ");
-                first = false;
-            }
-            let mut type_str = typescript(variant, &format!("{indent}   "))?;
-            if nullable(variant) && !type_str.contains("null") {
-                type_str.push_str(" | null");
-            }
-            out.push_str(&type_str);
-            let mut trailing = Vec::new();
-            if let Some(d) = variant.get("description").and_then(Value::as_str) {
-                trailing.push(d.to_owned());
-            }
-            if let Some(default) = variant.get("default") {
-                trailing.push(default_comment(default, variant)?);
-            }
-            if !trailing.is_empty() {
-                let _ = write!(out, " // {}", trailing.join(" "));
-            }
-        }
-        return Ok(out);
+        return one_of_to_typescript(arr, indent);
     }
     if let Some(types) = schema.get("type").and_then(Value::as_array) {
         let names: Vec<&str> = types
@@ -1476,104 +1539,7 @@ fn typescript(schema: &Value, indent: &str) -> Result<String, HarmonyError> {
         return Ok("any".into());
     };
     Ok(match ty {
-        "object" => {
-            let mut out = String::new();
-            if let Some(d) = schema.get("description").and_then(Value::as_str) {
-                let _ = writeln!(out, "{indent}// {d}");
-            }
-            out.push_str("{\n");
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                let required: HashSet<&str> = schema
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                for (key, val) in props {
-                    let opt = if required.contains(key.as_str()) {
-                        ""
-                    } else {
-                        "?"
-                    };
-                    if let Some(t) = val.get("title").and_then(Value::as_str) {
-                        let _ = write!(out, "{indent}// {t}\n{indent}//\n");
-                    }
-                    if val.get("oneOf").is_none() {
-                        if let Some(d) = val.get("description").and_then(Value::as_str) {
-                            let _ = writeln!(out, "{indent}// {d}");
-                        }
-                    }
-                    if let Some(ex) = val.get("examples").and_then(Value::as_array) {
-                        if !ex.is_empty() {
-                            let _ = writeln!(out, "{indent}// Examples:");
-                            for e in ex.iter().filter_map(Value::as_str) {
-                                let _ = writeln!(out, "{indent}// - \"{e}\"");
-                            }
-                        }
-                    }
-                    if let Some(arr) = val.get("oneOf").and_then(Value::as_array) {
-                        let property_desc = val.get("description").and_then(Value::as_str);
-                        let skip = property_desc.is_some()
-                            && arr
-                                .first()
-                                .and_then(|v| v.get("description"))
-                                .and_then(Value::as_str)
-                                == property_desc;
-                        let mut rendered_above = false;
-                        if !skip {
-                            if let Some(d) = property_desc {
-                                let _ = writeln!(out, "{indent}// {d}");
-                                rendered_above = true;
-                            }
-                        }
-                        if let Some(default) = val.get("default") {
-                            let _ = writeln!(out, "{indent}// {}", default_comment(default, val)?);
-                        }
-                        let _ = writeln!(out, "{indent}{key}{opt}:");
-                        for (i, variant) in arr.iter().enumerate() {
-                            let _ = write!(out, "{indent} | ");
-                            let mut type_str = typescript(variant, &format!("{indent}   "))?;
-                            if nullable(variant) && !type_str.contains("null") {
-                                type_str.push_str(" | null");
-                            }
-                            out.push_str(&type_str);
-                            let mut trailing = Vec::new();
-                            if !(i == 0 && rendered_above) {
-                                if let Some(d) = variant.get("description").and_then(Value::as_str)
-                                {
-                                    if Some(d) != property_desc {
-                                        trailing.push(d.to_owned());
-                                    }
-                                }
-                            }
-                            if let Some(default) = variant.get("default") {
-                                trailing.push(default_comment(default, variant)?);
-                            }
-                            if !trailing.is_empty() {
-                                let _ = write!(out, " // {}", trailing.join(" "));
-                            }
-                            out.push('\n');
-                        }
-                        let _ = writeln!(out, "{indent},");
-                        continue;
-                    }
-                    let _ = write!(out, "{indent}{key}{opt}: ");
-                    let mut type_str = typescript(val, &format!("{indent}    "))?;
-                    if nullable(val) && !type_str.contains("null") {
-                        type_str.push_str(" | null");
-                    }
-                    out.push_str(&type_str);
-                    out.push(',');
-                    if val.get("oneOf").is_none() {
-                        if let Some(default) = val.get("default") {
-                            let _ = write!(out, " // {}", default_comment(default, val)?);
-                        }
-                    }
-                    out.push('\n');
-                }
-            }
-            let _ = write!(out, "{indent}}}");
-            out
-        }
+        "object" => object_to_typescript(schema, indent)?,
         "string" => {
             let enums: Vec<String> = schema
                 .get("enum")
@@ -1599,6 +1565,151 @@ fn typescript(schema: &Value, indent: &str) -> Result<String, HarmonyError> {
         },
         _ => "any".into(),
     })
+}
+
+/// `json_schema_to_typescript`, its branch for a schema with a `oneOf` array.
+fn one_of_to_typescript(arr: &[Value], indent: &str) -> Result<String, HarmonyError> {
+    let mut out = String::new();
+    let mut first = true;
+    for variant in arr {
+        if !first {
+            out.push('\n');
+            let _ = write!(out, "{indent} | ");
+        } else {
+            let _ = write!(out, "\n{indent} | ");
+            first = false;
+        }
+        let mut type_str = typescript(variant, &format!("{indent}   "))?;
+        if nullable(variant) && !type_str.contains("null") {
+            type_str.push_str(" | null");
+        }
+        out.push_str(&type_str);
+        let mut trailing = Vec::new();
+        if let Some(d) = variant.get("description").and_then(Value::as_str) {
+            trailing.push(d.to_owned());
+        }
+        if let Some(default) = variant.get("default") {
+            trailing.push(default_comment(default, variant)?);
+        }
+        if !trailing.is_empty() {
+            let _ = write!(out, " // {}", trailing.join(" "));
+        }
+    }
+    Ok(out)
+}
+
+/// `json_schema_to_typescript`, its `"object"` branch: the properties in
+/// order, a `oneOf` property written by [`property_one_of_to_typescript`].
+fn object_to_typescript(schema: &Value, indent: &str) -> Result<String, HarmonyError> {
+    let mut out = String::new();
+    if let Some(d) = schema.get("description").and_then(Value::as_str) {
+        let _ = writeln!(out, "{indent}// {d}");
+    }
+    out.push_str("{\n");
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        let required: HashSet<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for (key, val) in props {
+            let opt = if required.contains(key.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            if let Some(t) = val.get("title").and_then(Value::as_str) {
+                let _ = write!(out, "{indent}// {t}\n{indent}//\n");
+            }
+            if val.get("oneOf").is_none() {
+                if let Some(d) = val.get("description").and_then(Value::as_str) {
+                    let _ = writeln!(out, "{indent}// {d}");
+                }
+            }
+            if let Some(ex) = val.get("examples").and_then(Value::as_array) {
+                if !ex.is_empty() {
+                    let _ = writeln!(out, "{indent}// Examples:");
+                    for e in ex.iter().filter_map(Value::as_str) {
+                        let _ = writeln!(out, "{indent}// - \"{e}\"");
+                    }
+                }
+            }
+            if let Some(arr) = val.get("oneOf").and_then(Value::as_array) {
+                property_one_of_to_typescript(&mut out, key, opt, val, arr, indent)?;
+                continue;
+            }
+            let _ = write!(out, "{indent}{key}{opt}: ");
+            let mut type_str = typescript(val, &format!("{indent}    "))?;
+            if nullable(val) && !type_str.contains("null") {
+                type_str.push_str(" | null");
+            }
+            out.push_str(&type_str);
+            out.push(',');
+            if val.get("oneOf").is_none() {
+                if let Some(default) = val.get("default") {
+                    let _ = write!(out, " // {}", default_comment(default, val)?);
+                }
+            }
+            out.push('\n');
+        }
+    }
+    let _ = write!(out, "{indent}}}");
+    Ok(out)
+}
+
+/// `json_schema_to_typescript`'s `"object"` branch, for a property `key`
+/// (schema `val`) with a `oneOf` array `arr`.
+fn property_one_of_to_typescript(
+    out: &mut String,
+    key: &str,
+    opt: &str,
+    val: &Value,
+    arr: &[Value],
+    indent: &str,
+) -> Result<(), HarmonyError> {
+    let property_desc = val.get("description").and_then(Value::as_str);
+    let skip = property_desc.is_some()
+        && arr
+            .first()
+            .and_then(|v| v.get("description"))
+            .and_then(Value::as_str)
+            == property_desc;
+    let mut rendered_above = false;
+    if !skip {
+        if let Some(d) = property_desc {
+            let _ = writeln!(out, "{indent}// {d}");
+            rendered_above = true;
+        }
+    }
+    if let Some(default) = val.get("default") {
+        let _ = writeln!(out, "{indent}// {}", default_comment(default, val)?);
+    }
+    let _ = writeln!(out, "{indent}{key}{opt}:");
+    for (i, variant) in arr.iter().enumerate() {
+        let _ = write!(out, "{indent} | ");
+        let mut type_str = typescript(variant, &format!("{indent}   "))?;
+        if nullable(variant) && !type_str.contains("null") {
+            type_str.push_str(" | null");
+        }
+        out.push_str(&type_str);
+        let mut trailing = Vec::new();
+        if !(i == 0 && rendered_above) {
+            if let Some(d) = variant.get("description").and_then(Value::as_str) {
+                if Some(d) != property_desc {
+                    trailing.push(d.to_owned());
+                }
+            }
+        }
+        if let Some(default) = variant.get("default") {
+            trailing.push(default_comment(default, variant)?);
+        }
+        if !trailing.is_empty() {
+            let _ = write!(out, " // {}", trailing.join(" "));
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "{indent},");
+    Ok(())
 }
 
 #[cfg(test)]
