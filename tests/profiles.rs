@@ -153,11 +153,7 @@ fn counts_match_sglang_under_each_server_profile() {
     let Some(shared) = shared::shared_dir() else {
         return;
     };
-    let index: Value = serde_json::from_str(
-        &std::fs::read_to_string(shared.join("goldens/profiles/PROFILES.json"))
-            .expect("goldens/profiles/PROFILES.json"),
-    )
-    .unwrap();
+    let index = profile_model::profiles_index(&shared);
     let profiles = index["profiles"].as_object().expect("profiles");
     assert!(!profiles.is_empty());
     let mut all = Vec::new();

@@ -26,3 +26,10 @@ pub fn model_dir(shared: &Path, fixture: &str, config: &Value, into: &Path) -> P
     }
     dir
 }
+
+/// `goldens/profiles/PROFILES.json` under `shared`.
+pub fn profiles_index(shared: &Path) -> Value {
+    let path = shared.join("goldens/profiles/PROFILES.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("PROFILES.json is JSON")
+}
