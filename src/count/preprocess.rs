@@ -1334,6 +1334,8 @@ fn media_kind(part_type: &str) -> MediaKind {
 /// (both of SGLang's attempts fail, so the request is refused); keys that are
 /// named parameters of `apply_chat_template` are consumed and never reach the
 /// template. Returns `documents` and the `chat_template` that replaces the model's.
+/// The only copy of these rules: the template engine renders every kwarg left
+/// here as a variable.
 fn apply_chat_template_arguments(
     extra: &mut Map<String, Value>,
 ) -> Result<(Option<Value>, Option<String>), CountError> {
@@ -2095,6 +2097,50 @@ mod tests {
             Ok(Prepared::Ids(3))
         ));
     }
+    #[test]
+    fn kwargs_bind_like_apply_chat_template() {
+        let split = |kwargs: Value| {
+            let inputs = ChatInputs {
+                extra: kwargs.as_object().cloned().unwrap_or_default(),
+                ..ChatInputs::default()
+            };
+            inputs.jinja_arguments()
+        };
+        // parameters SGLang passes itself, or that collide inside transformers
+        for key in [
+            "messages",
+            "conversation",
+            "conversations",
+            "tools",
+            "add_generation_prompt",
+            "tokenize",
+            "return_dict",
+        ] {
+            assert!(split(json!({ key: null })).is_err(), "{key}");
+        }
+        // flags that raise only when true
+        assert!(split(json!({"continue_final_message": true})).is_err());
+        assert!(split(json!({"return_assistant_tokens_mask": 1})).is_err());
+        // consumed by apply_chat_template: never template variables
+        let a = split(json!({"padding": true, "truncation": true, "max_length": 5,
+            "continue_final_message": false, "return_assistant_tokens_mask": 0, "x": 1}))
+        .expect("splits");
+        assert_eq!(Value::Object(a.extra), json!({"x": 1}));
+        assert!(a.documents.is_none() && a.template_override.is_none());
+        // documents from the kwargs are the documents argument, and must be dicts
+        let a = split(json!({"documents": [{"title": "t", "text": "x"}]})).expect("splits");
+        assert_eq!(a.documents, Some(json!([{"title": "t", "text": "x"}])));
+        assert!(a.extra.is_empty());
+        assert!(split(json!({"documents": ["not a dict"]})).is_err());
+        assert!(split(json!({"documents": "text"})).is_err());
+        let a = split(json!({"documents": []})).expect("splits");
+        assert_eq!(a.documents, Some(json!([])));
+        // `chat_template=` replaces the model's template
+        let a = split(json!({"chat_template": "T"})).expect("splits");
+        assert_eq!(a.template_override.as_deref(), Some("T"));
+        assert!(split(json!({"chat_template": 1})).is_err());
+    }
+
     #[test]
     fn media_parts_are_charged_their_bound_when_the_model_opts_in() {
         let body = json!({"messages": [{"role": "user", "content": [
