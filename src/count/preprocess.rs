@@ -500,6 +500,9 @@ fn parse_content<'a>(v: Option<&'a Value>, loc: &str) -> Result<Option<Content<'
     }
 }
 
+/// The `messages` item: `ChatCompletionMessageUserParam` for role "user",
+/// else `ChatCompletionMessageGenericParam` (protocol.py), both as pydantic
+/// validates them.
 fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
     let loc = format!("messages.{i}");
     let o = v
@@ -515,56 +518,13 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
         None => return Err(invalid(format!("{loc}.role: Field required"))),
     };
     if role == "user" {
-        // `ChatCompletionMessageUserParam`: only role and content survive the dump.
-        let content = match parse_content(o.get("content"), &loc)? {
-            Some(c) => c,
-            None => {
-                return Err(invalid(format!(
-                    "{loc}.content: Input should be a valid string"
-                )))
-            }
-        };
-        if let Content::Parts(parts) = &content {
-            if parts.iter().any(|p| matches!(p, Part::Thinking)) {
-                return Err(invalid(format!(
-                    "{loc}: Value error, thinking content parts are only valid in assistant messages"
-                )));
-            }
-        }
-        return Ok(Message {
-            role: "user".into(),
-            is_user: true,
-            content: Some(content),
-            tool_call_id: None,
-            name: None,
-            phase: None,
-            reasoning_content: None,
-            tool_calls: None,
-            tools: None,
-            prefix: None,
-        });
+        return parse_user_message(o, &loc);
     }
-    // `_normalize_role`: case-insensitive, lowercased. (`str.lower()` is Unicode-aware;
-    // a non-ASCII role cannot match the ASCII role names either way.)
-    let lower = role.to_lowercase();
-    if !GENERIC_ROLES.contains(&lower.as_str()) {
-        let allowed = GENERIC_ROLES
-            .iter()
-            .map(|r| format!("'{r}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(invalid(format!(
-            "{loc}.role: Value error, 'role' must be one of {allowed} (case-insensitive)."
-        )));
-    }
+    let lower = normalize_role(role, &loc)?;
     let content = parse_content(o.get("content"), &loc)?;
     if lower != "assistant" {
         if let Some(Content::Parts(parts)) = &content {
-            if parts.iter().any(|p| matches!(p, Part::Thinking)) {
-                return Err(invalid(format!(
-                    "{loc}: Value error, thinking content parts are only valid in assistant messages"
-                )));
-            }
+            reject_thinking_parts(parts, &loc)?;
         }
     }
     let phase = opt_str(o, "phase", &loc)?;
@@ -577,53 +537,13 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
     }
     let tool_calls = match o.get("tool_calls") {
         None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => {
-            let mut calls = Vec::with_capacity(items.len());
-            for (j, tc) in items.iter().enumerate() {
-                let tloc = format!("{loc}.tool_calls.{j}");
-                let t = tc.as_object().ok_or_else(|| {
-                    invalid(format!("{tloc}: Input should be a valid dictionary"))
-                })?;
-                let index = match t.get("index") {
-                    None | Some(Value::Null) => None,
-                    Some(v) => Some(lax_int(v).ok_or_else(|| {
-                        invalid(format!("{tloc}.index: Input should be a valid integer"))
-                    })?),
-                };
-                match t.get("type") {
-                    None => {}
-                    Some(Value::String(s)) if s == "function" => {}
-                    Some(_) => {
-                        return Err(invalid(format!("{tloc}.type: Input should be 'function'")))
-                    }
-                }
-                let f = match t.get("function") {
-                    Some(Value::Object(f)) => f,
-                    Some(_) => {
-                        return Err(invalid(format!(
-                            "{tloc}.function: Input should be a valid dictionary"
-                        )))
-                    }
-                    None => return Err(invalid(format!("{tloc}.function: Field required"))),
-                };
-                let arguments = match f.get("arguments") {
-                    None | Some(Value::Null) => None,
-                    Some(a @ (Value::String(_) | Value::Object(_))) => Some(a),
-                    Some(_) => {
-                        return Err(invalid(format!(
-                        "{tloc}.function.arguments: Input should be a valid string or dictionary"
-                    )))
-                    }
-                };
-                calls.push(ToolCall {
-                    id: opt_str(t, "id", &tloc)?,
-                    index,
-                    name: opt_str(f, "name", &format!("{tloc}.function"))?,
-                    arguments,
-                });
-            }
-            Some(calls)
-        }
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(j, tc)| parse_tool_call(tc, &format!("{loc}.tool_calls.{j}")))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
         Some(_) => {
             return Err(invalid(format!(
                 "{loc}.tool_calls: Input should be a valid list"
@@ -659,6 +579,105 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
     })
 }
 
+/// protocol.py `ChatCompletionMessageUserParam`: only role and content
+/// survive the dump.
+fn parse_user_message<'a>(o: &'a Map<String, Value>, loc: &str) -> Result<Message<'a>, CountError> {
+    let content = match parse_content(o.get("content"), loc)? {
+        Some(c) => c,
+        None => {
+            return Err(invalid(format!(
+                "{loc}.content: Input should be a valid string"
+            )))
+        }
+    };
+    if let Content::Parts(parts) = &content {
+        reject_thinking_parts(parts, loc)?;
+    }
+    Ok(Message {
+        role: "user".into(),
+        is_user: true,
+        content: Some(content),
+        tool_call_id: None,
+        name: None,
+        phase: None,
+        reasoning_content: None,
+        tool_calls: None,
+        tools: None,
+        prefix: None,
+    })
+}
+
+/// Thinking parts are only valid in assistant messages.
+fn reject_thinking_parts(parts: &[Part<'_>], loc: &str) -> Result<(), CountError> {
+    if parts.iter().any(|p| matches!(p, Part::Thinking)) {
+        return Err(invalid(format!(
+            "{loc}: Value error, thinking content parts are only valid in assistant messages"
+        )));
+    }
+    Ok(())
+}
+
+/// protocol.py `ChatCompletionMessageGenericParam._normalize_role`:
+/// case-insensitive, lowercased. (`str.lower()` is Unicode-aware; a non-ASCII
+/// role cannot match the ASCII role names either way.)
+fn normalize_role(role: &str, loc: &str) -> Result<String, CountError> {
+    let lower = role.to_lowercase();
+    if !GENERIC_ROLES.contains(&lower.as_str()) {
+        let allowed = GENERIC_ROLES
+            .iter()
+            .map(|r| format!("'{r}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(invalid(format!(
+            "{loc}.role: Value error, 'role' must be one of {allowed} (case-insensitive)."
+        )));
+    }
+    Ok(lower)
+}
+
+/// protocol.py `ToolCall` (with its `FunctionResponse`).
+fn parse_tool_call<'a>(tc: &'a Value, tloc: &str) -> Result<ToolCall<'a>, CountError> {
+    let t = tc
+        .as_object()
+        .ok_or_else(|| invalid(format!("{tloc}: Input should be a valid dictionary")))?;
+    let index = match t.get("index") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            lax_int(v)
+                .ok_or_else(|| invalid(format!("{tloc}.index: Input should be a valid integer")))?,
+        ),
+    };
+    match t.get("type") {
+        None => {}
+        Some(Value::String(s)) if s == "function" => {}
+        Some(_) => return Err(invalid(format!("{tloc}.type: Input should be 'function'"))),
+    }
+    let f = match t.get("function") {
+        Some(Value::Object(f)) => f,
+        Some(_) => {
+            return Err(invalid(format!(
+                "{tloc}.function: Input should be a valid dictionary"
+            )))
+        }
+        None => return Err(invalid(format!("{tloc}.function: Field required"))),
+    };
+    let arguments = match f.get("arguments") {
+        None | Some(Value::Null) => None,
+        Some(a @ (Value::String(_) | Value::Object(_))) => Some(a),
+        Some(_) => {
+            return Err(invalid(format!(
+                "{tloc}.function.arguments: Input should be a valid string or dictionary"
+            )))
+        }
+    };
+    Ok(ToolCall {
+        id: opt_str(t, "id", tloc)?,
+        index,
+        name: opt_str(f, "name", &format!("{tloc}.function"))?,
+        arguments,
+    })
+}
+
 #[derive(Debug)]
 enum ToolChoice {
     Auto,
@@ -686,22 +705,156 @@ pub fn prepare_with(
     let top = body
         .as_object()
         .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
-    let raw_messages = top.get("messages");
+    let mut request = ChatCompletionRequest::validate(top)?;
+    // Assigned after construction: no validator runs on it.
+    if let Some(effort) = &opts.assigned_reasoning_effort {
+        request.reasoning_effort = Some(effort.clone());
+    }
+    let media_tokens = if opts.skip_validate_request {
+        validate_media_content(&request.messages, &opts.media)?
+    } else {
+        validate_request(&mut request, opts)?
+    };
+    if !opts.skip_convert_to_internal {
+        convert_to_internal_request(&mut request);
+    }
+    let stage = Stage {
+        body,
+        format,
+        opts,
+        media_tokens,
+    };
+    process_messages(request, &stage)
+}
 
-    // --- mode="before" validators ------------------------------------------------
-    // `set_tool_choice_default`.
-    let raw_tool_choice = match top.get("tool_choice") {
+/// What the steps after validation share besides the request: the raw body
+/// (for the wire dump), the template's content format, the route's options,
+/// and the bounds of the admitted media parts.
+struct Stage<'a> {
+    body: &'a Value,
+    format: ContentFormat,
+    opts: &'a Options,
+    media_tokens: usize,
+}
+
+/// protocol.py `ChatCompletionRequest`: the fields that shape the prompt,
+/// after pydantic validation (the `mode="before"` validators included).
+struct ChatCompletionRequest<'a> {
+    top: &'a Map<String, Value>,
+    messages: Vec<Message<'a>>,
+    tools: Option<Vec<ToolDef>>,
+    tool_choice: ToolChoice,
+    reasoning_effort: Option<Value>,
+    chat_template_kwargs: Option<Map<String, Value>>,
+    continue_final_message: bool,
+    input_ids: Option<usize>,
+}
+
+impl<'a> ChatCompletionRequest<'a> {
+    /// `ChatCompletionRequest.model_validate(body)`: the `mode="before"`
+    /// validators, then the fields in declaration order.
+    fn validate(top: &'a Map<String, Value>) -> Result<Self, CountError> {
+        let raw_tool_choice = set_tool_choice_default(top);
+        let (raw_effort, raw_ctk) = normalize_reasoning_inputs(top)?;
+
+        // --- field validation ---------------------------------------------------------
+        let messages = match top.get("messages") {
+            Some(Value::Array(a)) => a,
+            Some(_) => {
+                return Err(invalid_param(
+                    "messages: Input should be a valid list",
+                    "messages",
+                ))
+            }
+            None => return Err(invalid_param("messages: Field required", "messages")),
+        };
+        let messages = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| parse_message(m, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tools: Option<Vec<ToolDef>> = match top.get("tools") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| ToolDef::parse(t, &format!("tools.{i}")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            Some(_) => {
+                return Err(invalid_param(
+                    "tools: Input should be a valid list",
+                    "tools",
+                ))
+            }
+        };
+        let tool_choice = ToolChoice::validate(&raw_tool_choice)?;
+        let reasoning_effort = validate_reasoning_effort(raw_effort)?;
+        let chat_template_kwargs: Option<Map<String, Value>> = match raw_ctk {
+            None => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => {
+                return Err(invalid_param(
+                    "chat_template_kwargs: Input should be a valid dictionary",
+                    "chat_template_kwargs",
+                ))
+            }
+        };
+        let continue_final_message = validate_continue_final_message(top)?;
+        let input_ids = validate_input_ids(top)?;
+        for key in [
+            "return_sampling_mask",
+            "return_meta_info",
+            "return_flat_raw_output_top_logprobs",
+        ] {
+            if let Some(v) = top.get(key) {
+                if lax_bool(v).is_none() {
+                    return Err(invalid(format!("{key}: Input should be a valid boolean")));
+                }
+            }
+        }
+        Ok(ChatCompletionRequest {
+            top,
+            messages,
+            tools,
+            tool_choice,
+            reasoning_effort,
+            chat_template_kwargs,
+            continue_final_message,
+            input_ids,
+        })
+    }
+
+    /// A boolean field as its lax validation reads it, `False` when unset or
+    /// not a boolean.
+    fn flag(&self, key: &str) -> bool {
+        self.top.get(key).and_then(lax_bool).unwrap_or(false)
+    }
+}
+
+/// protocol.py `ChatCompletionRequest.set_tool_choice_default` (`mode="before"`):
+/// the raw `tool_choice`, `"none"` or `"auto"` when unset or null.
+fn set_tool_choice_default(top: &Map<String, Value>) -> Value {
+    match top.get("tool_choice") {
         None | Some(Value::Null) => {
             let tools_none = matches!(top.get("tools"), None | Some(Value::Null));
-            if tools_none && !has_message_level_tools(raw_messages) {
+            if tools_none && !has_message_level_tools(top.get("messages")) {
                 Value::String("none".into())
             } else {
                 Value::String("auto".into())
             }
         }
         Some(v) => v.clone(),
-    };
-    // `normalize_reasoning_inputs`.
+    }
+}
+
+/// protocol.py `ChatCompletionRequest.normalize_reasoning_inputs`
+/// (`mode="before"`): the raw `reasoning_effort` and `chat_template_kwargs`
+/// after `reasoning` is folded in and `thinking`/`enable_thinking` set.
+fn normalize_reasoning_inputs(
+    top: &Map<String, Value>,
+) -> Result<(Option<Value>, Option<Value>), CountError> {
     let mut raw_effort: Option<Value> = top
         .get("reasoning_effort")
         .filter(|v| !v.is_null())
@@ -763,82 +916,55 @@ pub fn prepare_with(
         ctk.entry("enable_thinking").or_insert(Value::Bool(t));
         raw_ctk = Some(Value::Object(ctk));
     }
+    Ok((raw_effort, raw_ctk))
+}
 
-    // --- field validation ---------------------------------------------------------
-    let messages_raw = match raw_messages {
-        Some(Value::Array(a)) => a,
-        Some(_) => {
-            return Err(invalid_param(
-                "messages: Input should be a valid list",
-                "messages",
-            ))
-        }
-        None => return Err(invalid_param("messages: Field required", "messages")),
-    };
-    let messages = messages_raw
-        .iter()
-        .enumerate()
-        .map(|(i, m)| parse_message(m, i))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut tools: Option<Vec<ToolDef>> = match top.get("tools") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, t)| ToolDef::parse(t, &format!("tools.{i}")))
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(_) => {
-            return Err(invalid_param(
-                "tools: Input should be a valid list",
-                "tools",
-            ))
-        }
-    };
-    let tool_choice = match &raw_tool_choice {
-        Value::String(s) if s == "auto" => ToolChoice::Auto,
-        Value::String(s) if s == "required" => ToolChoice::Required,
-        Value::String(s) if s == "none" => ToolChoice::None,
-        Value::Object(o) => {
-            match o.get("type") {
-                None => {}
-                Some(Value::String(s)) if s == "function" => {}
-                Some(_) => {
-                    return Err(invalid_param(
-                        "tool_choice.type: Input should be 'function'",
-                        "tool_choice",
-                    ))
+impl ToolChoice {
+    /// The `tool_choice` field: `Union[ToolChoice, Literal["auto", "required", "none"]]`.
+    fn validate(raw: &Value) -> Result<Self, CountError> {
+        match raw {
+            Value::String(s) if s == "auto" => Ok(ToolChoice::Auto),
+            Value::String(s) if s == "required" => Ok(ToolChoice::Required),
+            Value::String(s) if s == "none" => Ok(ToolChoice::None),
+            Value::Object(o) => {
+                match o.get("type") {
+                    None => {}
+                    Some(Value::String(s)) if s == "function" => {}
+                    Some(_) => {
+                        return Err(invalid_param(
+                            "tool_choice.type: Input should be 'function'",
+                            "tool_choice",
+                        ))
+                    }
                 }
-            }
-            match o.get("function") {
-                Some(Value::Object(f)) => ToolChoice::Named(
-                    opt_str(f, "name", "tool_choice.function")?.map(str::to_owned),
-                ),
-                _ => {
-                    return Err(invalid_param(
+                match o.get("function") {
+                    Some(Value::Object(f)) => Ok(ToolChoice::Named(
+                        opt_str(f, "name", "tool_choice.function")?.map(str::to_owned),
+                    )),
+                    _ => Err(invalid_param(
                         "tool_choice.function: Field required",
                         "tool_choice",
-                    ))
+                    )),
                 }
             }
-        }
-        _ => {
-            return Err(invalid_param(
+            _ => Err(invalid_param(
                 "tool_choice: Input should be 'auto', 'required', 'none' or a named function",
                 "tool_choice",
-            ))
+            )),
         }
-    };
-    let mut reasoning_effort: Option<Value> = match raw_effort {
-        None => None,
-        Some(Value::Bool(_)) => {
-            return Err(invalid_param(
-                "reasoning_effort: Value error, reasoning_effort must not be a boolean",
-                "reasoning_effort",
-            ))
-        }
-        Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => Some(Value::String(s)),
+    }
+}
+
+/// The `reasoning_effort` field with its `validate_reasoning_effort_type`
+/// (`mode="before"`): an effort tier or a float in [0.0, 0.99], never a bool.
+fn validate_reasoning_effort(raw: Option<Value>) -> Result<Option<Value>, CountError> {
+    match raw {
+        None => Ok(None),
+        Some(Value::Bool(_)) => Err(invalid_param(
+            "reasoning_effort: Value error, reasoning_effort must not be a boolean",
+            "reasoning_effort",
+        )),
+        Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => Ok(Some(Value::String(s))),
         Some(v) => {
             // The float arm of the union (lax: numeric strings), range [0.0, 0.99].
             let f = match &v {
@@ -847,27 +973,19 @@ pub fn prepare_with(
                 _ => None,
             };
             match f {
-                Some(f) if f.is_finite() && (0.0..=0.99).contains(&f) => Some(Value::from(f)),
-                _ => {
-                    return Err(invalid_param(
-                        "reasoning_effort: Input should be one of the effort tiers or a number in [0.0, 0.99]",
-                        "reasoning_effort",
-                    ))
-                }
+                Some(f) if f.is_finite() && (0.0..=0.99).contains(&f) => Ok(Some(Value::from(f))),
+                _ => Err(invalid_param(
+                    "reasoning_effort: Input should be one of the effort tiers or a number in [0.0, 0.99]",
+                    "reasoning_effort",
+                )),
             }
         }
-    };
-    let mut ctk: Option<Map<String, Value>> = match raw_ctk {
-        None => None,
-        Some(Value::Object(m)) => Some(m),
-        Some(_) => {
-            return Err(invalid_param(
-                "chat_template_kwargs: Input should be a valid dictionary",
-                "chat_template_kwargs",
-            ))
-        }
-    };
-    let continue_final_message = match top.get("continue_final_message") {
+    }
+}
+
+/// The `continue_final_message: bool = False` field (lax; an explicit null is refused).
+fn validate_continue_final_message(top: &Map<String, Value>) -> Result<bool, CountError> {
+    match top.get("continue_final_message") {
         None | Some(Value::Null) => {
             if top.get("continue_final_message").is_some() {
                 return Err(invalid_param(
@@ -875,17 +993,21 @@ pub fn prepare_with(
                     "continue_final_message",
                 ));
             }
-            false
+            Ok(false)
         }
         Some(v) => lax_bool(v).ok_or_else(|| {
             invalid_param(
                 "continue_final_message: Input should be a valid boolean",
                 "continue_final_message",
             )
-        })?,
-    };
-    let input_ids: Option<usize> = match top.get("input_ids") {
-        None | Some(Value::Null) => None,
+        }),
+    }
+}
+
+/// The `input_ids: Optional[List[int]]` field: how many ids, when given.
+fn validate_input_ids(top: &Map<String, Value>) -> Result<Option<usize>, CountError> {
+    match top.get("input_ids") {
+        None | Some(Value::Null) => Ok(None),
         Some(Value::Array(ids)) => {
             for (i, id) in ids.iter().enumerate() {
                 if lax_int(id).is_none() {
@@ -895,40 +1017,28 @@ pub fn prepare_with(
                     ));
                 }
             }
-            Some(ids.len())
+            Ok(Some(ids.len()))
         }
-        Some(_) => {
-            return Err(invalid_param(
-                "input_ids: Input should be a valid list",
-                "input_ids",
-            ))
-        }
-    };
-    for key in [
-        "return_sampling_mask",
-        "return_meta_info",
-        "return_flat_raw_output_top_logprobs",
-    ] {
-        if let Some(v) = top.get(key) {
-            if lax_bool(v).is_none() {
-                return Err(invalid(format!("{key}: Input should be a valid boolean")));
-            }
-        }
+        Some(_) => Err(invalid_param(
+            "input_ids: Input should be a valid list",
+            "input_ids",
+        )),
     }
+}
 
-    // Assigned after construction: no validator runs on it.
-    if let Some(effort) = &opts.assigned_reasoning_effort {
-        reasoning_effort = Some(effort.clone());
-    }
-
-    // --- `_validate_request` ----------------------------------------------------------
-    let validate = !opts.skip_validate_request;
-    if validate && messages.is_empty() {
+/// serving_chat.py `OpenAIServingChat._validate_request` (the checks that can
+/// refuse a request whose prompt the guard counts), with the tool-schema type
+/// rewrite it makes in place. Returns what [`validate_media_content`] charges.
+fn validate_request(
+    request: &mut ChatCompletionRequest<'_>,
+    opts: &Options,
+) -> Result<usize, CountError> {
+    if request.messages.is_empty() {
         return Err(invalid("Messages cannot be empty."));
     }
-    if validate
-        && !opts.trust_request_chat_template
-        && ctk
+    if !opts.trust_request_chat_template
+        && request
+            .chat_template_kwargs
             .as_ref()
             .is_some_and(|m| !m.is_empty() && m.contains_key("chat_template"))
     {
@@ -936,26 +1046,67 @@ pub fn prepare_with(
             "Request-supplied chat_template is not allowed. Start the server with --trust-request-chat-template to permit it.",
         ));
     }
-    let flag = |key: &str| top.get(key).and_then(lax_bool).unwrap_or(false);
-    if validate && flag("return_sampling_mask") && !flag("return_meta_info") {
+    if request.flag("return_sampling_mask") && !request.flag("return_meta_info") {
         return Err(invalid(
             "return_sampling_mask requires return_meta_info=true.",
         ));
     }
-    if validate && flag("return_flat_raw_output_top_logprobs") && !flag("return_meta_info") {
+    if request.flag("return_flat_raw_output_top_logprobs") && !request.flag("return_meta_info") {
         return Err(invalid(
             "return_flat_raw_output_top_logprobs requires return_meta_info=true.",
         ));
     }
-    // `_validate_media_content`: every fixture is a text-only model. With the
-    // model's multimodal opt-in, a kind with a bound is admitted and charged it.
+    let media_tokens = validate_media_content(&request.messages, &opts.media)?;
+    let effective_tools = effective_tools(request);
+    let has_message_tools = message_level_tools(&request.messages).next().is_some();
+    if matches!(request.tool_choice, ToolChoice::Required) && effective_tools.is_empty() {
+        return Err(invalid(
+            "Tools cannot be empty if tool choice is set to required.",
+        ));
+    }
+    if let ToolChoice::Named(name) = &request.tool_choice {
+        if effective_tools.is_empty() {
+            return Err(invalid(
+                "Tools cannot be empty if tool choice is set to a specific tool.",
+            ));
+        }
+        if !effective_tools
+            .iter()
+            .any(|t| Some(&t.function.name) == name.as_ref())
+        {
+            let shown = name.as_deref().unwrap_or("None");
+            return Err(invalid(format!("Tool '{shown}' not found in tools list.")));
+        }
+    }
+    if has_message_tools {
+        let mut seen = std::collections::HashSet::new();
+        if !effective_tools
+            .iter()
+            .all(|t| seen.insert(t.function.name.as_str()))
+        {
+            return Err(invalid(
+                "Tool names must be unique across request and message tools.",
+            ));
+        }
+    }
+    validate_tool_definitions(request)?;
+    Ok(media_tokens)
+}
+
+/// serving_chat.py `OpenAIServingChat._validate_media_content`: every fixture
+/// is a text-only model. With the model's multimodal opt-in, a kind with a
+/// bound is admitted and charged it; returns the bounds summed.
+fn validate_media_content(
+    messages: &[Message<'_>],
+    media: &MediaBounds,
+) -> Result<usize, CountError> {
     let mut media_tokens = 0usize;
-    for m in &messages {
+    for m in messages {
         if let Some(Content::Parts(parts)) = &m.content {
             for p in parts {
                 let Part::Media(t) = p else { continue };
                 let kind = media_kind(t);
-                let bound = opts.media.bound(kind).ok_or_else(|| {
+                let bound = media.bound(kind).ok_or_else(|| {
                     // SGLang's own words for a text-only model, then the guard's fix.
                     CountError::Unsupported(format!(
                         "Model only supports text input; received unsupported content type '{t}'. \
@@ -968,85 +1119,43 @@ pub fn prepare_with(
             }
         }
     }
-    // `_effective_tools`: request tools, then message tools of root/system/developer.
-    let mut message_tools: Vec<(usize, usize)> = Vec::new(); // (message, tool) indices
-    for (mi, m) in messages.iter().enumerate() {
-        if matches!(m.role.as_str(), "root" | "system" | "developer") {
-            if let Some(ts) = &m.tools {
-                for ti in 0..ts.len() {
-                    message_tools.push((mi, ti));
-                }
-            }
-        }
-    }
-    let request_tool_count = tools.as_ref().map_or(0, Vec::len);
-    let effective_names: Vec<String> = tools
+    Ok(media_tokens)
+}
+
+/// The tools of the root/system/developer messages, in message order (the
+/// second half of `_effective_tools`).
+fn message_level_tools<'m, 'a: 'm>(
+    messages: &'m [Message<'a>],
+) -> impl Iterator<Item = &'m ToolDef> + use<'m, 'a> {
+    messages
+        .iter()
+        .filter(|m| matches!(m.role.as_str(), "root" | "system" | "developer"))
+        .flat_map(|m| m.tools.iter().flatten())
+}
+
+/// serving_chat.py `OpenAIServingChat._effective_tools`: the request tools,
+/// then the message tools of root/system/developer messages.
+fn effective_tools<'r>(request: &'r ChatCompletionRequest<'_>) -> Vec<&'r ToolDef> {
+    request
+        .tools
         .iter()
         .flatten()
-        .map(|t| t.function.name.clone())
-        .chain(message_tools.iter().filter_map(|&(mi, ti)| {
-            messages[mi]
-                .tools
-                .as_ref()
-                .and_then(|ts| ts.get(ti))
-                .map(|t| t.function.name.clone())
-        }))
-        .collect();
-    let has_effective_tools = !effective_names.is_empty();
-    if validate && matches!(tool_choice, ToolChoice::Required) && !has_effective_tools {
-        return Err(invalid(
-            "Tools cannot be empty if tool choice is set to required.",
-        ));
-    }
-    if let (true, ToolChoice::Named(name)) = (validate, &tool_choice) {
-        if !has_effective_tools {
-            return Err(invalid(
-                "Tools cannot be empty if tool choice is set to a specific tool.",
-            ));
-        }
-        if !effective_names.iter().any(|n| Some(n) == name.as_ref()) {
-            let shown = name.as_deref().unwrap_or("None");
-            return Err(invalid(format!("Tool '{shown}' not found in tools list.")));
-        }
-    }
-    if validate && !message_tools.is_empty() {
-        let mut seen = std::collections::HashSet::new();
-        if !effective_names.iter().all(|n| seen.insert(n.as_str())) {
-            return Err(invalid(
-                "Tool names must be unique across request and message tools.",
-            ));
-        }
-    }
-    // Tool schemas: the type rewrite mutates the request's tools in place, so the
-    // rewritten schema is what the template renders.
-    let mut message_tool_params: Vec<(usize, usize, Value)> = Vec::new();
-    let checked_tools = if validate {
-        request_tool_count + message_tools.len()
-    } else {
-        0
-    };
-    for i in 0..checked_tools {
-        let params: Option<&mut Value> = if i < request_tool_count {
-            tools
-                .as_mut()
-                .and_then(|ts| ts.get_mut(i))
-                .and_then(|t| t.function.parameters.as_mut())
-        } else {
-            let (mi, ti) = message_tools[i - request_tool_count];
-            let p = messages[mi]
-                .tools
-                .as_ref()
-                .and_then(|ts| ts.get(ti))
-                .and_then(|t| t.function.parameters.clone());
-            match p {
-                Some(p) => {
-                    message_tool_params.push((mi, ti, p));
-                    message_tool_params.last_mut().map(|(_, _, p)| p)
-                }
-                None => None,
-            }
-        };
-        if let Some(p) = params {
+        .chain(message_level_tools(&request.messages))
+        .collect()
+}
+
+/// The "Validate tool definitions" loop of `_validate_request`: the type
+/// rewrite (`normalize_json_schema_types`) mutates the request's tools in
+/// place, so the rewritten schema is what the template renders.
+fn validate_tool_definitions(request: &mut ChatCompletionRequest<'_>) -> Result<(), CountError> {
+    let request_tools = request.tools.iter_mut().flatten();
+    let message_tools = request
+        .messages
+        .iter_mut()
+        .filter(|m| matches!(m.role.as_str(), "root" | "system" | "developer"))
+        .flat_map(|m| m.tools.iter_mut().flatten());
+    for (i, tool) in request_tools.chain(message_tools).enumerate() {
+        if let Some(p) = tool.function.parameters.as_mut() {
             normalize_json_schema_types(p);
             if let Err(e) = check_schema(p, 0) {
                 return Err(invalid(format!(
@@ -1055,50 +1164,57 @@ pub fn prepare_with(
             }
         }
     }
-    // The message list owns parsed tools by value; write the rewritten schemas back.
-    let mut messages = messages;
-    for (mi, ti, p) in message_tool_params {
-        if let Some(t) = messages[mi].tools.as_mut().and_then(|ts| ts.get_mut(ti)) {
-            t.function.parameters = Some(p);
-        }
-    }
+    Ok(())
+}
 
-    // --- `_convert_to_internal_request` ---------------------------------------------
-    if let (false, Some(m)) = (opts.skip_convert_to_internal, ctk.as_mut()) {
+/// serving_chat.py `OpenAIServingChat._convert_to_internal_request`: pops
+/// `chat_template_kwargs["reasoning_effort"]` into `reasoning_effort`.
+fn convert_to_internal_request(request: &mut ChatCompletionRequest<'_>) {
+    if let Some(m) = request.chat_template_kwargs.as_mut() {
         if !m.is_empty() {
             if let Some(v) = m.shift_remove("reasoning_effort") {
                 if !v.is_null() {
-                    reasoning_effort = Some(v);
+                    request.reasoning_effort = Some(v);
                 }
             }
         }
     }
+}
 
-    // --- `_process_messages` ----------------------------------------------------------
+/// serving_chat.py `OpenAIServingChat._process_messages`: the server's
+/// default kwargs, the `input_ids` short-circuit, which tools reach the
+/// template; then [`apply_jinja_template`].
+fn process_messages(
+    mut request: ChatCompletionRequest<'_>,
+    stage: &Stage<'_>,
+) -> Result<Prepared, CountError> {
     // The server's `--default-chat-template-kwargs`, under the request's own.
-    if !opts.default_kwargs.is_empty() {
-        let merged = ctk.get_or_insert_with(Map::new);
-        for (k, v) in opts.default_kwargs.iter() {
+    let defaults = &stage.opts.default_kwargs;
+    if !defaults.is_empty() {
+        let merged = request.chat_template_kwargs.get_or_insert_with(Map::new);
+        for (k, v) in defaults.iter() {
             if !merged.contains_key(k) {
                 merged.insert(k.clone(), v.clone());
             }
         }
-        if reasoning_effort.is_none() {
+        if request.reasoning_effort.is_none() {
             if let Some(e) = merged.get("reasoning_effort").filter(|e| !e.is_null()) {
-                reasoning_effort = Some(e.clone());
+                request.reasoning_effort = Some(e.clone());
             }
         }
     }
-    if let Some(n) = input_ids {
+    if let Some(n) = request.input_ids {
         if n == 0 {
             return Err(invalid_param("input_ids cannot be empty.", "input_ids"));
         }
         // Media parts still reach the processor: their bounds are charged too.
-        return Ok(Prepared::Ids(n.saturating_add(media_tokens)));
+        return Ok(Prepared::Ids(n.saturating_add(stage.media_tokens)));
     }
+    let has_effective_tools = !effective_tools(&request).is_empty();
+    let tools = &request.tools;
     let template_tools: Option<Value> =
-        if has_effective_tools && !matches!(tool_choice, ToolChoice::None) {
-            match &tool_choice {
+        if has_effective_tools && !matches!(request.tool_choice, ToolChoice::None) {
+            match &request.tool_choice {
                 ToolChoice::Named(name) => {
                     let picked: Vec<Value> = tools
                         .iter()
@@ -1108,7 +1224,7 @@ pub fn prepare_with(
                         .collect();
                     (!picked.is_empty()).then_some(Value::Array(picked))
                 }
-                _ => match &tools {
+                _ => match tools {
                     Some(ts) if !ts.is_empty() => {
                         Some(Value::Array(ts.iter().map(ToolDef::dump).collect()))
                     }
@@ -1118,65 +1234,88 @@ pub fn prepare_with(
         } else {
             None
         };
+    apply_jinja_template(request, template_tools, stage)
+}
 
-    // --- `_apply_jinja_template` ------------------------------------------------------
-    let mut processed: Vec<Value> = Vec::with_capacity(messages.len());
-    for m in &messages {
-        processed.push(process_message(m, format, opts.style, !opts.wire)?);
+/// serving_chat.py `OpenAIServingChat._apply_jinja_template`, up to the
+/// `apply_chat_template` call: the processed messages, the assistant prefix,
+/// and the template kwargs (`reasoning_effort`, then `chat_template_kwargs`).
+fn apply_jinja_template(
+    request: ChatCompletionRequest<'_>,
+    tools: Option<Value>,
+    stage: &Stage<'_>,
+) -> Result<Prepared, CountError> {
+    let opts = stage.opts;
+    let mut processed: Vec<Value> = Vec::with_capacity(request.messages.len());
+    for m in &request.messages {
+        processed.push(process_message(m, stage.format, opts.style, !opts.wire)?);
     }
-    // `_handle_last_assistant_message` (always runs: `_format_add_generation_prompt` is unset).
-    let mut assistant_prefix = None;
-    let last_is_assistant_text = processed.last().is_some_and(|last| {
-        last.get("role").and_then(Value::as_str) == Some("assistant")
-            && last.get("content").is_some_and(Value::is_string)
-    });
-    if last_is_assistant_text {
-        if let Some(Value::Object(mut last)) = processed.pop() {
-            let text = match last.remove("content") {
-                Some(Value::String(s)) => s,
-                _ => String::new(),
-            };
-            if continue_final_message {
-                assistant_prefix = Some(text);
-            } else {
-                let mut user = Map::new();
-                user.insert("role".into(), Value::String("user".into()));
-                user.insert("content".into(), Value::String(text));
-                processed.push(Value::Object(user));
-            }
-        }
-    }
+    // Always runs: `_format_add_generation_prompt` is unset.
+    let assistant_prefix =
+        handle_last_assistant_message(&mut processed, request.continue_final_message);
 
     // Template kwargs: `reasoning_effort`, then `chat_template_kwargs`.
     let mut extra = Map::new();
-    if let Some(re) = &reasoning_effort {
+    if let Some(re) = &request.reasoning_effort {
         extra.insert("reasoning_effort".into(), re.clone());
     }
-    if let Some(m) = ctk {
+    if let Some(m) = request.chat_template_kwargs {
         for (k, v) in m {
             extra.insert(k, v);
         }
     }
-    let all_tools = tools
+    let all_tools = request
+        .tools
         .as_ref()
         .filter(|ts| !ts.is_empty())
         .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect()));
 
     Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
-        tools: template_tools,
+        tools,
         all_tools,
         encoders_get_all_tools: false,
         extra,
         assistant_prefix,
-        media_tokens,
-        reasoning_effort,
+        media_tokens: stage.media_tokens,
+        reasoning_effort: request.reasoning_effort,
         wire: if opts.wire {
-            Some(super::wire::dump(body)?)
+            Some(super::wire::dump(stage.body)?)
         } else {
             None
         },
     })))
+}
+
+/// serving_chat.py `OpenAIServingChat._handle_last_assistant_message`: a
+/// final assistant message with text content becomes the assistant prefix
+/// under `continue_final_message`, a user message otherwise.
+fn handle_last_assistant_message(
+    processed: &mut Vec<Value>,
+    continue_final_message: bool,
+) -> Option<String> {
+    let last_is_assistant_text = processed.last().is_some_and(|last| {
+        last.get("role").and_then(Value::as_str) == Some("assistant")
+            && last.get("content").is_some_and(Value::is_string)
+    });
+    if !last_is_assistant_text {
+        return None;
+    }
+    let Some(Value::Object(mut last)) = processed.pop() else {
+        return None;
+    };
+    let text = match last.remove("content") {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    };
+    if continue_final_message {
+        return Some(text);
+    }
+    let mut user = Map::new();
+    user.insert("role".into(), Value::String("user".into()));
+    user.insert("content".into(), Value::String(text));
+    processed.push(Value::Object(user));
+    None
 }
 
 /// The kind of a validated media part (`image_url`, `video_url`, `audio_url`).
@@ -1195,6 +1334,8 @@ fn media_kind(part_type: &str) -> MediaKind {
 /// (both of SGLang's attempts fail, so the request is refused); keys that are
 /// named parameters of `apply_chat_template` are consumed and never reach the
 /// template. Returns `documents` and the `chat_template` that replaces the model's.
+/// The only copy of these rules: the template engine renders every kwarg left
+/// here as a variable.
 fn apply_chat_template_arguments(
     extra: &mut Map<String, Value>,
 ) -> Result<(Option<Value>, Option<String>), CountError> {
@@ -1269,21 +1410,38 @@ fn apply_chat_template_arguments(
     Ok((documents, template_override))
 }
 
-/// `msg.model_dump()` → `normalize_assistant_tool_call_arguments` → `content=""` for
-/// None → `process_content_for_template_format` → `normalize_tool_content`.
+/// One message through `_apply_jinja_template`: `msg.model_dump()` →
+/// `normalize_assistant_tool_call_arguments` → `content=""` for None →
+/// `process_content_for_template_format` → `normalize_tool_content`.
 fn process_message(
     m: &Message<'_>,
     format: ContentFormat,
     style: MessageStyle,
     strict_arguments: bool,
 ) -> Result<Value, CountError> {
-    // The dump, in field order; `None` marks a null value (dropped below).
-    let mut fields: Vec<(&'static str, Option<Value>)> = Vec::with_capacity(9);
-    fields.push(("role", Some(Value::String(m.role.clone()))));
-    let list_content: Option<&Vec<Part<'_>>> = match &m.content {
-        Some(Content::Parts(p)) => Some(p),
+    let fields = model_dump(m, strict_arguments)?;
+    let list_content: Option<&[Part<'_>]> = match &m.content {
+        Some(Content::Parts(p)) => Some(p.as_slice()),
         _ => None,
     };
+    if style == MessageStyle::Dsv32 {
+        return dsv32_message(fields, list_content);
+    }
+    let mut out = process_content_for_template_format(fields, list_content, format);
+    normalize_tool_content(&m.role, &mut out);
+    Ok(Value::Object(out))
+}
+
+/// A dumped message: its fields in `model_dump` order, `None` marking a null
+/// value (dropped or kept depending on the branch).
+type Dumped = Vec<(&'static str, Option<Value>)>;
+
+/// `msg.model_dump()` with `normalize_assistant_tool_call_arguments` applied
+/// and `content=""` for a `None` content; list content is left out (its
+/// entry is `None`) for the caller to process.
+fn model_dump(m: &Message<'_>, strict_arguments: bool) -> Result<Dumped, CountError> {
+    let mut fields: Dumped = Vec::with_capacity(9);
+    fields.push(("role", Some(Value::String(m.role.clone()))));
     let text_content = match &m.content {
         Some(Content::Text(s)) => Some((*s).to_owned()),
         // content None becomes "".
@@ -1291,197 +1449,222 @@ fn process_message(
         Some(Content::Parts(_)) => None,
     };
     fields.push(("content", text_content.map(Value::String)));
-    if !m.is_user {
-        let s = |v: Option<&str>| v.map(|s| Value::String(s.to_owned()));
-        fields.push(("tool_call_id", s(m.tool_call_id)));
-        fields.push(("name", s(m.name)));
-        fields.push(("phase", s(m.phase)));
-        fields.push(("reasoning_content", s(m.reasoning_content)));
-        let tool_calls = match &m.tool_calls {
-            None => None,
-            Some(calls) => {
-                let mut out = Vec::with_capacity(calls.len());
-                for c in calls {
-                    let arguments = match c.arguments {
-                        // `normalize_assistant_tool_call_arguments`, assistant only.
-                        Some(Value::String(a)) if m.role == "assistant" => {
-                            match parse_tool_call_arguments(a) {
-                                Ok(args) => Value::Object(args),
-                                Err(e) if strict_arguments => return Err(e),
-                                Err(_) => Value::String(a.to_owned()),
-                            }
-                        }
-                        Some(v) => v.clone(),
-                        None => Value::Null,
-                    };
-                    let mut f = Map::new();
-                    f.insert(
-                        "name".into(),
-                        c.name
-                            .map(|s| Value::String(s.to_owned()))
-                            .unwrap_or(Value::Null),
-                    );
-                    f.insert("arguments".into(), arguments);
-                    let mut tc = Map::new();
-                    tc.insert(
-                        "id".into(),
-                        c.id.map(|s| Value::String(s.to_owned()))
-                            .unwrap_or(Value::Null),
-                    );
-                    tc.insert(
-                        "index".into(),
-                        c.index
-                            .map(|i| {
-                                serde_json::Number::from_i128(i)
-                                    .map(Value::Number)
-                                    .unwrap_or(Value::Null)
-                            })
-                            .unwrap_or(Value::Null),
-                    );
-                    tc.insert("type".into(), Value::String("function".into()));
-                    tc.insert("function".into(), Value::Object(f));
-                    out.push(Value::Object(tc));
-                }
-                Some(Value::Array(out))
-            }
-        };
-        fields.push(("tool_calls", tool_calls));
-        fields.push((
-            "tools",
-            m.tools
-                .as_ref()
-                .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect())),
-        ));
-        fields.push(("prefix", m.prefix.map(Value::Bool)));
+    if m.is_user {
+        return Ok(fields);
     }
+    let s = |v: Option<&str>| v.map(|s| Value::String(s.to_owned()));
+    fields.push(("tool_call_id", s(m.tool_call_id)));
+    fields.push(("name", s(m.name)));
+    fields.push(("phase", s(m.phase)));
+    fields.push(("reasoning_content", s(m.reasoning_content)));
+    let tool_calls = match &m.tool_calls {
+        None => None,
+        Some(calls) => {
+            let mut out = Vec::with_capacity(calls.len());
+            for c in calls {
+                out.push(dump_tool_call(c, &m.role, strict_arguments)?);
+            }
+            Some(Value::Array(out))
+        }
+    };
+    fields.push(("tool_calls", tool_calls));
+    fields.push((
+        "tools",
+        m.tools
+            .as_ref()
+            .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect())),
+    ));
+    fields.push(("prefix", m.prefix.map(Value::Bool)));
+    Ok(fields)
+}
 
+/// `ToolCall.model_dump()` with `normalize_assistant_tool_call_arguments`
+/// (assistant messages only): string arguments decoded into an object.
+fn dump_tool_call(
+    c: &ToolCall<'_>,
+    role: &str,
+    strict_arguments: bool,
+) -> Result<Value, CountError> {
+    let arguments = match c.arguments {
+        // `normalize_assistant_tool_call_arguments`, assistant only.
+        Some(Value::String(a)) if role == "assistant" => match parse_tool_call_arguments(a) {
+            Ok(args) => Value::Object(args),
+            Err(e) if strict_arguments => return Err(e),
+            Err(_) => Value::String(a.to_owned()),
+        },
+        Some(v) => v.clone(),
+        None => Value::Null,
+    };
+    let mut f = Map::new();
+    f.insert(
+        "name".into(),
+        c.name
+            .map(|s| Value::String(s.to_owned()))
+            .unwrap_or(Value::Null),
+    );
+    f.insert("arguments".into(), arguments);
+    let mut tc = Map::new();
+    tc.insert(
+        "id".into(),
+        c.id.map(|s| Value::String(s.to_owned()))
+            .unwrap_or(Value::Null),
+    );
+    tc.insert(
+        "index".into(),
+        c.index
+            .map(|i| {
+                serde_json::Number::from_i128(i)
+                    .map(Value::Number)
+                    .unwrap_or(Value::Null)
+            })
+            .unwrap_or(Value::Null),
+    );
+    tc.insert("type".into(), Value::String("function".into()));
+    tc.insert("function".into(), Value::Object(f));
+    Ok(Value::Object(tc))
+}
+
+/// The dsv32 branch of `_apply_jinja_template`: `model_dump()` keeps every
+/// key, `None` as `None`; a list content is flattened by
+/// `process_content_for_template_format(msg, "string")`, which also drops
+/// that message's `None` keys.
+fn dsv32_message(fields: Dumped, list_content: Option<&[Part<'_>]>) -> Result<Value, CountError> {
     let mut out = Map::new();
-    if style == MessageStyle::Dsv32 {
-        // `model_dump()` keeps every key, `None` as `None`; a list content is
-        // flattened by `process_content_for_template_format(msg, "string")`,
-        // which also drops that message's `None` keys.
+    for (k, v) in fields {
+        match (k, v, list_content) {
+            ("content", _, Some(parts)) => {
+                if parts.iter().any(|p| matches!(p, Part::Media(_))) {
+                    return Err(CountError::Unsupported(
+                        "media parts on the DeepSeek-V3.2 encoder are not modelled by the guard"
+                            .into(),
+                    ));
+                }
+                out.insert(k.to_owned(), Value::String(join_text_parts(parts)));
+            }
+            (_, Some(v), _) => {
+                out.insert(k.to_owned(), v);
+            }
+            (_, None, None) => {
+                out.insert(k.to_owned(), Value::Null);
+            }
+            (_, None, Some(_)) => {}
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// The text parts of a list content joined with spaces (the `"string"`
+/// content format).
+fn join_text_parts(parts: &[Part<'_>]) -> String {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    texts.join(" ")
+}
+
+/// parser/jinja_template_utils.py `process_content_for_template_format` in
+/// the template's content format, `None`-valued keys dropped.
+fn process_content_for_template_format(
+    fields: Dumped,
+    list_content: Option<&[Part<'_>]>,
+    format: ContentFormat,
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    let Some(parts) = list_content else {
         for (k, v) in fields {
-            match (k, v, list_content) {
-                ("content", _, Some(parts)) => {
-                    if parts.iter().any(|p| matches!(p, Part::Media(_))) {
-                        return Err(CountError::Unsupported(
-                            "media parts on the DeepSeek-V3.2 encoder are not modelled by the guard".into(),
-                        ));
-                    }
-                    let texts: Vec<&str> = parts
-                        .iter()
-                        .filter_map(|p| match p {
-                            Part::Text(t) => Some(*t),
-                            _ => None,
-                        })
-                        .collect();
-                    out.insert(k.to_owned(), Value::String(texts.join(" ")));
-                }
-                (_, Some(v), _) => {
-                    out.insert(k.to_owned(), v);
-                }
-                (_, None, None) => {
-                    out.insert(k.to_owned(), Value::Null);
-                }
-                (_, None, Some(_)) => {}
+            if let Some(v) = v {
+                out.insert(k.to_owned(), v);
             }
         }
-        return Ok(Value::Object(out));
-    }
-    match list_content {
-        None => {
+        return out;
+    };
+    match format {
+        ContentFormat::OpenAi => {
+            // The other keys keep their order; `content` moves to the end.
             for (k, v) in fields {
+                if k == "content" {
+                    continue;
+                }
                 if let Some(v) = v {
                     out.insert(k.to_owned(), v);
                 }
             }
+            let items = parts.iter().filter_map(openai_part).collect();
+            out.insert("content".into(), Value::Array(items));
         }
-        Some(parts) => match format {
-            ContentFormat::OpenAi => {
-                // The other keys keep their order; `content` moves to the end.
-                for (k, v) in fields {
-                    if k == "content" {
-                        continue;
-                    }
-                    if let Some(v) = v {
-                        out.insert(k.to_owned(), v);
-                    }
+        ContentFormat::String => {
+            let joined = join_text_parts(parts);
+            for (k, v) in fields {
+                if k == "content" {
+                    out.insert(k.to_owned(), Value::String(joined.clone()));
+                } else if let Some(v) = v {
+                    out.insert(k.to_owned(), v);
                 }
-                let mut items = Vec::with_capacity(parts.len());
-                for p in parts {
-                    match p {
-                        Part::Text(t) => {
-                            let mut o = Map::new();
-                            o.insert("type".into(), Value::String("text".into()));
-                            o.insert("text".into(), Value::String((*t).to_owned()));
-                            items.push(Value::Object(o));
-                        }
-                        Part::ToolReference(name) => {
-                            let mut o = Map::new();
-                            o.insert("type".into(), Value::String("tool_reference".into()));
-                            o.insert("name".into(), Value::String((*name).to_owned()));
-                            items.push(Value::Object(o));
-                        }
-                        // `process_content_for_template_format`: an admitted media
-                        // part becomes `{"type": "image"}` (video, audio) so the
-                        // template renders its placeholder.
-                        Part::Media(t) => {
-                            let kind = match media_kind(t) {
-                                MediaKind::Image => "image",
-                                MediaKind::Video => "video",
-                                MediaKind::Audio => "audio",
-                            };
-                            let mut o = Map::new();
-                            o.insert("type".into(), Value::String(kind.into()));
-                            items.push(Value::Object(o));
-                        }
-                        // Thinking parts are dropped.
-                        Part::Thinking => {}
-                    }
-                }
-                out.insert("content".into(), Value::Array(items));
-            }
-            ContentFormat::String => {
-                let texts: Vec<&str> = parts
-                    .iter()
-                    .filter_map(|p| match p {
-                        Part::Text(t) => Some(*t),
-                        _ => None,
-                    })
-                    .collect();
-                for (k, v) in fields {
-                    if k == "content" {
-                        out.insert(k.to_owned(), Value::String(texts.join(" ")));
-                    } else if let Some(v) = v {
-                        out.insert(k.to_owned(), v);
-                    }
-                }
-            }
-        },
-    }
-    // `normalize_tool_content`: a tool message whose content is a list of text parts.
-    if m.role == "tool" {
-        if let Some(Value::Array(items)) = out.get("content") {
-            let all_text = items
-                .iter()
-                .all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text"));
-            if all_text {
-                let joined = items
-                    .iter()
-                    .map(|p| match p {
-                        Value::String(s) => s.clone(),
-                        other => match other.get("text") {
-                            Some(Value::String(s)) => s.clone(),
-                            _ => String::new(),
-                        },
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                out.insert("content".into(), Value::String(joined));
             }
         }
     }
-    Ok(Value::Object(out))
+    out
+}
+
+/// One content part as the `"openai"` content format keeps it.
+fn openai_part(p: &Part<'_>) -> Option<Value> {
+    let mut o = Map::new();
+    match p {
+        Part::Text(t) => {
+            o.insert("type".into(), Value::String("text".into()));
+            o.insert("text".into(), Value::String((*t).to_owned()));
+        }
+        Part::ToolReference(name) => {
+            o.insert("type".into(), Value::String("tool_reference".into()));
+            o.insert("name".into(), Value::String((*name).to_owned()));
+        }
+        // `process_content_for_template_format`: an admitted media
+        // part becomes `{"type": "image"}` (video, audio) so the
+        // template renders its placeholder.
+        Part::Media(t) => {
+            let kind = match media_kind(t) {
+                MediaKind::Image => "image",
+                MediaKind::Video => "video",
+                MediaKind::Audio => "audio",
+            };
+            o.insert("type".into(), Value::String(kind.into()));
+        }
+        // Thinking parts are dropped.
+        Part::Thinking => return None,
+    }
+    Some(Value::Object(o))
+}
+
+/// serving_chat.py `normalize_tool_content`: a tool message whose content is
+/// a list of text parts gets them joined with spaces.
+fn normalize_tool_content(role: &str, out: &mut Map<String, Value>) {
+    if role != "tool" {
+        return;
+    }
+    let Some(Value::Array(items)) = out.get("content") else {
+        return;
+    };
+    let all_text = items
+        .iter()
+        .all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text"));
+    if all_text {
+        let joined = items
+            .iter()
+            .map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => match other.get("text") {
+                    Some(Value::String(s)) => s.clone(),
+                    _ => String::new(),
+                },
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        out.insert("content".into(), Value::String(joined));
+    }
 }
 
 /// `parse_tool_call_arguments`: the string must be JSON and a JSON object.
@@ -1914,6 +2097,50 @@ mod tests {
             Ok(Prepared::Ids(3))
         ));
     }
+    #[test]
+    fn kwargs_bind_like_apply_chat_template() {
+        let split = |kwargs: Value| {
+            let inputs = ChatInputs {
+                extra: kwargs.as_object().cloned().unwrap_or_default(),
+                ..ChatInputs::default()
+            };
+            inputs.jinja_arguments()
+        };
+        // parameters SGLang passes itself, or that collide inside transformers
+        for key in [
+            "messages",
+            "conversation",
+            "conversations",
+            "tools",
+            "add_generation_prompt",
+            "tokenize",
+            "return_dict",
+        ] {
+            assert!(split(json!({ key: null })).is_err(), "{key}");
+        }
+        // flags that raise only when true
+        assert!(split(json!({"continue_final_message": true})).is_err());
+        assert!(split(json!({"return_assistant_tokens_mask": 1})).is_err());
+        // consumed by apply_chat_template: never template variables
+        let a = split(json!({"padding": true, "truncation": true, "max_length": 5,
+            "continue_final_message": false, "return_assistant_tokens_mask": 0, "x": 1}))
+        .expect("splits");
+        assert_eq!(Value::Object(a.extra), json!({"x": 1}));
+        assert!(a.documents.is_none() && a.template_override.is_none());
+        // documents from the kwargs are the documents argument, and must be dicts
+        let a = split(json!({"documents": [{"title": "t", "text": "x"}]})).expect("splits");
+        assert_eq!(a.documents, Some(json!([{"title": "t", "text": "x"}])));
+        assert!(a.extra.is_empty());
+        assert!(split(json!({"documents": ["not a dict"]})).is_err());
+        assert!(split(json!({"documents": "text"})).is_err());
+        let a = split(json!({"documents": []})).expect("splits");
+        assert_eq!(a.documents, Some(json!([])));
+        // `chat_template=` replaces the model's template
+        let a = split(json!({"chat_template": "T"})).expect("splits");
+        assert_eq!(a.template_override.as_deref(), Some("T"));
+        assert!(split(json!({"chat_template": 1})).is_err());
+    }
+
     #[test]
     fn media_parts_are_charged_their_bound_when_the_model_opts_in() {
         let body = json!({"messages": [{"role": "user", "content": [

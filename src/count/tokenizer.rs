@@ -380,136 +380,15 @@ impl TextTokenizer {
         config: &TokenizerConfig,
         has_model_config: bool,
     ) -> Result<Self, String> {
-        let declared = config.declared_class();
-        if declared.is_none() && has_model_config {
-            return Err("tokenizer_config.json names no tokenizer_class: transformers would pick the class from \
-                        config.json's model_type, which prefill-guard does not model"
-                .into());
-        }
-        let class = TokenizerClass::from_declared(declared).ok_or_else(|| {
-            format!(
-                "tokenizer_class {:?}: transformers 5.19 rebuilds this class from tokenizer.json in a way \
-                 prefill-guard does not model, so its counts could not be shown exact",
-                declared.unwrap_or_default()
-            )
-        })?;
+        let class = tokenizer_class(config, has_model_config)?;
         let special_tokens = config.special_tokens_map(class);
         let mut doc = match doc {
             Value::Object(m) => m,
             _ => return Err("tokenizer.json is not a JSON object".into()),
         };
-
-        // Added tokens transformers registers, in registration order.
-        let json_added: Vec<AddedSpec> = doc
-            .get("added_tokens")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| AddedSpec::from_value(t.get("id").and_then(Value::as_u64), t))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let config_added: Option<Vec<AddedSpec>> = config
-            .get("added_tokens_decoder")
-            .and_then(Value::as_object)
-            .map(|m| {
-                let mut v: Vec<AddedSpec> = m
-                    .iter()
-                    .filter_map(|(k, t)| AddedSpec::from_value(k.parse::<u64>().ok(), t))
-                    .collect();
-                // `sorted(added_tokens_decoder.items())` by id.
-                v.sort_by_key(|t| t.id.unwrap_or(u64::MAX));
-                v
-            });
-
-        let mut base_added: Vec<AddedSpec>; // what the backend holds before __init__'s additions
-        let mut to_add: Vec<AddedSpec>; // what TokenizersBackend.__init__ adds
-
-        if class == TokenizerClass::Backend {
-            base_added = json_added;
-            to_add = config_added
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| !base_added.iter().any(|b| b.same_token(t)))
-                .collect();
-        } else {
-            rebuild_for_class(&mut doc, class, config)?;
-            base_added = Vec::new();
-            // `_from_pretrained`: the config's `added_tokens_decoder`, else the legacy
-            // branch reads `tokenizer.json`'s `added_tokens`.
-            to_add = config_added.unwrap_or(json_added);
-        }
-
-        // Named special tokens and extra special tokens not yet known are added as
-        // special tokens; an added token that is a named special token becomes special.
-        let named: Vec<String> = special_tokens
-            .iter()
-            .filter(|(k, _)| {
-                SPECIAL_TOKEN_ATTRIBUTES.contains(&k.as_str()) || k.ends_with("_token")
-            })
-            .map(|(_, v)| v.clone())
-            .collect();
-        let known = |c: &str, base: &[AddedSpec], add: &[AddedSpec]| {
-            base.iter().any(|t| t.content == c) || add.iter().any(|t| t.content == c)
-        };
-        let mut extra_specs = Vec::new();
-        for content in named.iter().cloned().chain(
-            config
-                .extra_special_tokens()
-                .iter()
-                .filter_map(token_content),
-        ) {
-            if !known(&content, &base_added, &to_add)
-                && !extra_specs.iter().any(|t: &AddedSpec| t.content == content)
-            {
-                extra_specs.push(AddedSpec {
-                    id: None,
-                    content,
-                    single_word: false,
-                    lstrip: false,
-                    rstrip: false,
-                    normalized: false,
-                    special: true,
-                });
-            }
-        }
-        to_add.extend(extra_specs);
-        for t in &mut to_add {
-            if !t.special && named.contains(&t.content) {
-                t.special = true;
-            }
-        }
-
-        // Tokens with a known id go into the document (their ids are kept); the
-        // rest are added through the API, which assigns ids as Python does.
-        let mut doc_added: Vec<AddedSpec> = Vec::new();
-        let mut api_added: Vec<AddedSpec> = Vec::new();
-        for t in base_added.drain(..) {
-            doc_added.push(t);
-        }
-        for t in to_add {
-            if let Some(existing) = doc_added.iter_mut().find(|e| e.content == t.content) {
-                // Re-adding a known content replaces its properties (AddedVocabulary::add_tokens).
-                let id = existing.id;
-                *existing = AddedSpec { id, ..t };
-            } else if t.id.is_some() {
-                doc_added.push(t);
-            } else {
-                api_added.push(t);
-            }
-        }
-        doc.insert(
-            "added_tokens".into(),
-            Value::Array(
-                doc_added
-                    .iter()
-                    .map(|t| {
-                        json!({"id": t.id, "content": t.content, "single_word": t.single_word, "lstrip": t.lstrip,
-                               "rstrip": t.rstrip, "normalized": t.normalized, "special": t.special})
-                    })
-                    .collect(),
-            ),
-        );
+        let (base_added, mut to_add) = convert_to_native_format(&mut doc, config, class)?;
+        add_missing_special_tokens(&mut to_add, &base_added, &special_tokens, config);
+        let api_added = write_added_tokens(&mut doc, base_added, to_add);
 
         // transformers disables truncation and padding per call unless asked
         // (`set_truncation_and_padding`), so neither may touch a count here.
@@ -524,45 +403,13 @@ impl TextTokenizer {
                 .map_err(|e| format!("adding special tokens failed: {e}"))?;
         }
 
-        let lookup = |attr: &str| {
-            special_tokens
-                .iter()
-                .find(|(k, _)| k == attr)
-                .map(|(_, v)| v.clone())
-        };
-        let bos = lookup("bos_token");
+        let bos = special_tokens
+            .iter()
+            .find(|(k, _)| k == "bos_token")
+            .map(|(_, v)| v.clone());
         let bos_token_id = bos.as_deref().and_then(|b| inner.token_to_id(b));
-
-        // `_fix_v5_add_bos_eos_token`: v5 strips `add_bos_token` when tokenizer.json
-        // exists, so the flag reads false; SGLang restores the config value (missing or
-        // null → true) and rebuilds the post-processor only when that changes it.
-        // `add_eos_token` is forced to false for fast tokenizers, i.e. never changes.
         if class.restores_bos_flag() {
-            let add_bos = match config.get("add_bos_token") {
-                None | Some(Value::Null) => true,
-                Some(v) => py::truthy(v),
-            };
-            if add_bos {
-                let post = match (&bos, bos_token_id) {
-                    (Some(b), Some(id)) => json!({
-                        "type": "TemplateProcessing",
-                        "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-                        "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                                 {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                        "special_tokens": {b.as_str(): {"id": b, "ids": [id], "tokens": [b]}}
-                    }),
-                    // `update_post_processor`: no BOS token → add_bos_token is turned off.
-                    _ => json!({
-                        "type": "TemplateProcessing",
-                        "single": [{"Sequence": {"id": "A", "type_id": 0}}],
-                        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-                        "special_tokens": {}
-                    }),
-                };
-                let post: tokenizers::processors::PostProcessorWrapper =
-                    serde_json::from_value(post).map_err(|e| format!("BOS post-processor: {e}"))?;
-                inner.with_post_processor(Some(post));
-            }
+            fix_v5_add_bos_eos_token(&mut inner, config, bos.as_deref(), bos_token_id)?;
         }
 
         let auto_adds_specials = inner
@@ -750,6 +597,198 @@ impl TextTokenizer {
     pub fn special_tokens(&self) -> &[(String, String)] {
         &self.special_tokens
     }
+}
+
+/// `AutoTokenizer.from_pretrained`'s choice of class: `tokenizer_config.json`'s
+/// `tokenizer_class`, refused when it is missing beside a `config.json` (then
+/// transformers resolves it from the model type) or its rebuild is not modelled.
+fn tokenizer_class(
+    config: &TokenizerConfig,
+    has_model_config: bool,
+) -> Result<TokenizerClass, String> {
+    let declared = config.declared_class();
+    if declared.is_none() && has_model_config {
+        return Err("tokenizer_config.json names no tokenizer_class: transformers would pick the class from \
+                    config.json's model_type, which prefill-guard does not model"
+            .into());
+    }
+    TokenizerClass::from_declared(declared).ok_or_else(|| {
+        format!(
+            "tokenizer_class {:?}: transformers 5.19 rebuilds this class from tokenizer.json in a way \
+             prefill-guard does not model, so its counts could not be shown exact",
+            declared.unwrap_or_default()
+        )
+    })
+}
+
+/// `TokenizersBackend.convert_to_native_format` (with `_from_pretrained`'s
+/// added-token handling): rebuilds `doc` for a class with its own `__init__`,
+/// and returns the added tokens the backend holds before `__init__`'s
+/// additions and those `TokenizersBackend.__init__` adds, in registration order.
+fn convert_to_native_format(
+    doc: &mut Map<String, Value>,
+    config: &TokenizerConfig,
+    class: TokenizerClass,
+) -> Result<(Vec<AddedSpec>, Vec<AddedSpec>), String> {
+    let json_added: Vec<AddedSpec> = doc
+        .get("added_tokens")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| AddedSpec::from_value(t.get("id").and_then(Value::as_u64), t))
+                .collect()
+        })
+        .unwrap_or_default();
+    let config_added: Option<Vec<AddedSpec>> = config
+        .get("added_tokens_decoder")
+        .and_then(Value::as_object)
+        .map(|m| {
+            let mut v: Vec<AddedSpec> = m
+                .iter()
+                .filter_map(|(k, t)| AddedSpec::from_value(k.parse::<u64>().ok(), t))
+                .collect();
+            // `sorted(added_tokens_decoder.items())` by id.
+            v.sort_by_key(|t| t.id.unwrap_or(u64::MAX));
+            v
+        });
+
+    if class == TokenizerClass::Backend {
+        let base_added = json_added;
+        let to_add = config_added
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| !base_added.iter().any(|b| b.same_token(t)))
+            .collect();
+        Ok((base_added, to_add))
+    } else {
+        rebuild_for_class(doc, class, config)?;
+        // `_from_pretrained`: the config's `added_tokens_decoder`, else the legacy
+        // branch reads `tokenizer.json`'s `added_tokens`.
+        Ok((Vec::new(), config_added.unwrap_or(json_added)))
+    }
+}
+
+/// The special-token part of `TokenizersBackend.__init__`: named special
+/// tokens and extra special tokens not yet known are added as special tokens;
+/// an added token that is a named special token becomes special.
+fn add_missing_special_tokens(
+    to_add: &mut Vec<AddedSpec>,
+    base_added: &[AddedSpec],
+    special_tokens: &[(String, String)],
+    config: &TokenizerConfig,
+) {
+    let named: Vec<String> = special_tokens
+        .iter()
+        .filter(|(k, _)| SPECIAL_TOKEN_ATTRIBUTES.contains(&k.as_str()) || k.ends_with("_token"))
+        .map(|(_, v)| v.clone())
+        .collect();
+    let known = |c: &str, base: &[AddedSpec], add: &[AddedSpec]| {
+        base.iter().any(|t| t.content == c) || add.iter().any(|t| t.content == c)
+    };
+    let mut extra_specs = Vec::new();
+    for content in named.iter().cloned().chain(
+        config
+            .extra_special_tokens()
+            .iter()
+            .filter_map(token_content),
+    ) {
+        if !known(&content, base_added, to_add)
+            && !extra_specs.iter().any(|t: &AddedSpec| t.content == content)
+        {
+            extra_specs.push(AddedSpec {
+                id: None,
+                content,
+                single_word: false,
+                lstrip: false,
+                rstrip: false,
+                normalized: false,
+                special: true,
+            });
+        }
+    }
+    to_add.extend(extra_specs);
+    for t in to_add.iter_mut() {
+        if !t.special && named.contains(&t.content) {
+            t.special = true;
+        }
+    }
+}
+
+/// `add_tokens` on the backend, split for loading: tokens with a known id go
+/// into `doc`'s `added_tokens` (their ids are kept); the rest are returned,
+/// to be added through the API, which assigns ids as Python does.
+fn write_added_tokens(
+    doc: &mut Map<String, Value>,
+    base_added: Vec<AddedSpec>,
+    to_add: Vec<AddedSpec>,
+) -> Vec<AddedSpec> {
+    let mut doc_added: Vec<AddedSpec> = base_added;
+    let mut api_added: Vec<AddedSpec> = Vec::new();
+    for t in to_add {
+        if let Some(existing) = doc_added.iter_mut().find(|e| e.content == t.content) {
+            // Re-adding a known content replaces its properties (AddedVocabulary::add_tokens).
+            let id = existing.id;
+            *existing = AddedSpec { id, ..t };
+        } else if t.id.is_some() {
+            doc_added.push(t);
+        } else {
+            api_added.push(t);
+        }
+    }
+    doc.insert(
+        "added_tokens".into(),
+        Value::Array(
+            doc_added
+                .iter()
+                .map(|t| {
+                    json!({"id": t.id, "content": t.content, "single_word": t.single_word, "lstrip": t.lstrip,
+                           "rstrip": t.rstrip, "normalized": t.normalized, "special": t.special})
+                })
+                .collect(),
+        ),
+    );
+    api_added
+}
+
+/// SGLang's `_fix_v5_add_bos_eos_token` (`utils/hf_transformers/tokenizer.py`):
+/// v5 strips `add_bos_token` when tokenizer.json exists, so the flag reads
+/// false; SGLang restores the config value (missing or null → true) and
+/// rebuilds the post-processor only when that changes it (transformers'
+/// `update_post_processor`). `add_eos_token` is forced to false for fast
+/// tokenizers, i.e. never changes.
+fn fix_v5_add_bos_eos_token(
+    inner: &mut Tokenizer,
+    config: &TokenizerConfig,
+    bos: Option<&str>,
+    bos_token_id: Option<u32>,
+) -> Result<(), String> {
+    let add_bos = match config.get("add_bos_token") {
+        None | Some(Value::Null) => true,
+        Some(v) => py::truthy(v),
+    };
+    if !add_bos {
+        return Ok(());
+    }
+    let post = match (bos, bos_token_id) {
+        (Some(b), Some(id)) => json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {b: {"id": b, "ids": [id], "tokens": [b]}}
+        }),
+        // `update_post_processor`: no BOS token → add_bos_token is turned off.
+        _ => json!({
+            "type": "TemplateProcessing",
+            "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {}
+        }),
+    };
+    let post: tokenizers::processors::PostProcessorWrapper =
+        serde_json::from_value(post).map_err(|e| format!("BOS post-processor: {e}"))?;
+    inner.with_post_processor(Some(post));
+    Ok(())
 }
 
 /// Rewrites a `tokenizer.json` document into what the class `__init__` builds,

@@ -20,7 +20,9 @@
 use std::sync::Arc;
 
 use super::model::ModelFiles;
-use super::serving::{conversation_template_for, show, ChatTemplateArg, ServerConfig, Unmodelled};
+use super::serving::{
+    conversation_template_for, show, Arch, ChatTemplateArg, ServerConfig, Unmodelled,
+};
 use super::template::{detect_content_format, ChatTemplate, ContentFormat};
 
 pub mod dsv32;
@@ -182,94 +184,11 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
         .clone()
         .or_else(|| files.arch.clone())
         .unwrap_or_default();
-    if cfg.trust_remote_code && files.has_remote_tokenizer_code() {
-        return Err(unmodelled(
-            "trust_remote_code",
-            "true",
-            "the tokenizer_config.json names a tokenizer class in the checkpoint's own code (auto_map), \
-             which the server runs and the guard does not",
-        ));
-    }
-    if cfg.multimodal
-        && files
-            .tokenizer
-            .as_ref()
-            .is_some_and(|t| t.auto_adds_specials())
-    {
-        return Err(unmodelled(
-            "has_image_understanding",
-            "true",
-            "a multimodal server decodes text-only prompts and encodes them again with special tokens, \
-             which adds a BOS for this tokenizer; the guard does not model that",
-        ));
-    }
+    refuse_unmodelled_loading(files, cfg)?;
 
     // 1. TemplateManager.load_chat_template: `tokenizer.chat_template` and
     //    the Python template, if one is installed.
-    let (template_source, python): (Option<String>, Option<glm53::Variant>) =
-        match &cfg.chat_template {
-            Some(ChatTemplateArg::Jinja { path }) => (
-                Some(load_jinja_file(path).map_err(|e| {
-                    unmodelled(
-                        "chat_template",
-                        path,
-                        format!(
-                            "the server renders with this file; give the guard the same file at the same path ({e})"
-                        ),
-                    )
-                })?),
-                None,
-            ),
-            Some(ChatTemplateArg::Python(name)) => {
-                let variant = glm53::Variant::from_name(name).ok_or_else(|| {
-                    unmodelled(
-                        "chat_template",
-                        name,
-                        "an SGLang Python chat template this build does not model",
-                    )
-                })?;
-                // `_load_explicit_chat_template` installs the Python template and
-                // leaves `tokenizer.chat_template` as the tokenizer loaded it.
-                (files.hf_template(false, None).ok().flatten(), Some(variant))
-            }
-            Some(ChatTemplateArg::Conversation(name)) => {
-                return Err(unmodelled(
-                    "chat_template",
-                    name,
-                    "an SGLang conversation template, which the guard does not model",
-                ))
-            }
-            None => {
-                if let Some(name) = cfg
-                    .model_path
-                    .as_deref()
-                    .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
-                {
-                    return Err(unmodelled(
-                        "model_path",
-                        cfg.model_path.as_deref().unwrap_or_default(),
-                        format!(
-                            "SGLang infers the conversation template `{name}` from this model path or type and \
-                             renders with it; the guard does not model conversation templates"
-                        ),
-                    ));
-                }
-                let hf = files
-                    .hf_template(cfg.multimodal, cfg.hf_chat_template_name.as_deref())
-                    .map_err(|e| {
-                        unmodelled(
-                            "hf_chat_template_name",
-                            cfg.hf_chat_template_name.as_deref().unwrap_or_default(),
-                            e,
-                        )
-                    })?;
-                let python = hf
-                    .as_deref()
-                    .and_then(|t| python_template_for(&arch.architectures, t))
-                    .and_then(glm53::Variant::from_name);
-                (hf, python)
-            }
-        };
+    let (template_source, python) = load_chat_template(files, cfg, &arch)?;
 
     // 2. chat_encoding.resolve_chat_encoding_spec: a spec replaces the
     //    template (Python ones included) on the chat path.
@@ -278,56 +197,7 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
         &arch,
         template_source.is_some(),
     ) {
-        let (setting, value) = match cfg.tool_call_parser.as_deref() {
-            Some(p @ ("deepseekv41" | "deepseekv4" | "deepseekv32" | "kimi_k3")) => {
-                ("tool_call_parser", p.to_string())
-            }
-            _ => ("architectures", arch.first().to_string()),
-        };
-        let content_format = template_source
-            .as_deref()
-            .map_or(ContentFormat::String, detect_content_format);
-        return match spec {
-            "dsv32" => Ok(Selected {
-                encoder: Encoder::Dsv32,
-                content_format,
-            }),
-            "dsv4" | "dsv41" => {
-                let spec = dsv4::Spec::from_name(spec).expect("a dsv4 spec");
-                let tokenizer = files.tokenizer.as_ref().ok_or_else(|| {
-                    unmodelled(
-                        setting,
-                        &value,
-                        "the DeepSeek-V4 encoder needs the model's tokenizer.json",
-                    )
-                })?;
-                let env = dsv4::Dsv4Env {
-                    default_effort: match spec {
-                        dsv4::Spec::V4 => cfg.env.dsv4_reasoning_effort.clone(),
-                        dsv4::Spec::V41 => cfg.env.dsv41_reasoning_effort.clone(),
-                    },
-                    default_ctk_effort: cfg
-                        .default_chat_template_kwargs
-                        .get("reasoning_effort")
-                        .cloned(),
-                };
-                let encoder = dsv4::Dsv4::new(spec, &tokenizer.inner, &env).map_err(|e| {
-                    unmodelled(setting, &value, format!("SGLang's `{}` encoder: {e}", spec_name(spec)))
-                })?;
-                Ok(Selected {
-                    encoder: Encoder::Dsv4 {
-                        encoder: Arc::new(encoder),
-                        plain: Arc::new(PlainText::new(&tokenizer.inner)),
-                    },
-                    content_format,
-                })
-            }
-            _ => Err(unmodelled(
-                setting,
-                &value,
-                format!("SGLang encodes this model's chat with its `{spec}` encoder, which this build does not model"),
-            )),
-        };
+        return build_chat_encoding_adapter(spec, files, cfg, &arch, template_source.as_deref());
     }
 
     let jinja = Jinja {
@@ -351,6 +221,168 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
     })
 }
 
+/// Server settings under which the loaded tokenizer or the prompt's
+/// encoding is not the one the guard builds: refused before anything else.
+fn refuse_unmodelled_loading(
+    files: &ModelFiles,
+    cfg: &ServerConfig,
+) -> Result<(), Vec<Unmodelled>> {
+    if cfg.trust_remote_code && files.has_remote_tokenizer_code() {
+        return Err(unmodelled(
+            "trust_remote_code",
+            "true",
+            "the tokenizer_config.json names a tokenizer class in the checkpoint's own code (auto_map), \
+             which the server runs and the guard does not",
+        ));
+    }
+    if cfg.multimodal
+        && files
+            .tokenizer
+            .as_ref()
+            .is_some_and(|t| t.auto_adds_specials())
+    {
+        return Err(unmodelled(
+            "has_image_understanding",
+            "true",
+            "a multimodal server decodes text-only prompts and encodes them again with special tokens, \
+             which adds a BOS for this tokenizer; the guard does not model that",
+        ));
+    }
+    Ok(())
+}
+
+/// `TemplateManager.load_chat_template` (`parser/template_manager.py`):
+/// the Jinja source `tokenizer.chat_template` ends up with, and the Python
+/// chat template, if one is installed.
+fn load_chat_template(
+    files: &ModelFiles,
+    cfg: &ServerConfig,
+    arch: &Arch,
+) -> Result<(Option<String>, Option<glm53::Variant>), Vec<Unmodelled>> {
+    match &cfg.chat_template {
+        Some(ChatTemplateArg::Jinja { path }) => Ok((
+            Some(load_jinja_file(path).map_err(|e| {
+                unmodelled(
+                    "chat_template",
+                    path,
+                    format!(
+                        "the server renders with this file; give the guard the same file at the same path ({e})"
+                    ),
+                )
+            })?),
+            None,
+        )),
+        Some(ChatTemplateArg::Python(name)) => {
+            let variant = glm53::Variant::from_name(name).ok_or_else(|| {
+                unmodelled(
+                    "chat_template",
+                    name,
+                    "an SGLang Python chat template this build does not model",
+                )
+            })?;
+            // `_load_explicit_chat_template` installs the Python template and
+            // leaves `tokenizer.chat_template` as the tokenizer loaded it.
+            Ok((files.hf_template(false, None).ok().flatten(), Some(variant)))
+        }
+        Some(ChatTemplateArg::Conversation(name)) => Err(unmodelled(
+            "chat_template",
+            name,
+            "an SGLang conversation template, which the guard does not model",
+        )),
+        None => {
+            if let Some(name) = cfg
+                .model_path
+                .as_deref()
+                .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
+            {
+                return Err(unmodelled(
+                    "model_path",
+                    cfg.model_path.as_deref().unwrap_or_default(),
+                    format!(
+                        "SGLang infers the conversation template `{name}` from this model path or type and \
+                         renders with it; the guard does not model conversation templates"
+                    ),
+                ));
+            }
+            let hf = files
+                .hf_template(cfg.multimodal, cfg.hf_chat_template_name.as_deref())
+                .map_err(|e| {
+                    unmodelled(
+                        "hf_chat_template_name",
+                        cfg.hf_chat_template_name.as_deref().unwrap_or_default(),
+                        e,
+                    )
+                })?;
+            let python = hf
+                .as_deref()
+                .and_then(|t| python_template_for(&arch.architectures, t))
+                .and_then(glm53::Variant::from_name);
+            Ok((hf, python))
+        }
+    }
+}
+
+/// `OpenAIServingChat._build_chat_encoding_adapter` (`serving_chat.py`; for
+/// `dsv32`, the encoder branch of `_apply_jinja_template`): the
+/// model-specific encoder for a resolved chat encoding `spec`, or why it is
+/// not modelled.
+fn build_chat_encoding_adapter(
+    spec: &'static str,
+    files: &ModelFiles,
+    cfg: &ServerConfig,
+    arch: &Arch,
+    template_source: Option<&str>,
+) -> Result<Selected, Vec<Unmodelled>> {
+    let (setting, value) = match cfg.tool_call_parser.as_deref() {
+        Some(p @ ("deepseekv41" | "deepseekv4" | "deepseekv32" | "kimi_k3")) => {
+            ("tool_call_parser", p.to_string())
+        }
+        _ => ("architectures", arch.first().to_string()),
+    };
+    let content_format = template_source.map_or(ContentFormat::String, detect_content_format);
+    match spec {
+        "dsv32" => Ok(Selected {
+            encoder: Encoder::Dsv32,
+            content_format,
+        }),
+        "dsv4" | "dsv41" => {
+            let spec = dsv4::Spec::from_name(spec).expect("a dsv4 spec");
+            let tokenizer = files.tokenizer.as_ref().ok_or_else(|| {
+                unmodelled(
+                    setting,
+                    &value,
+                    "the DeepSeek-V4 encoder needs the model's tokenizer.json",
+                )
+            })?;
+            let env = dsv4::Dsv4Env {
+                default_effort: match spec {
+                    dsv4::Spec::V4 => cfg.env.dsv4_reasoning_effort.clone(),
+                    dsv4::Spec::V41 => cfg.env.dsv41_reasoning_effort.clone(),
+                },
+                default_ctk_effort: cfg
+                    .default_chat_template_kwargs
+                    .get("reasoning_effort")
+                    .cloned(),
+            };
+            let encoder = dsv4::Dsv4::new(spec, &tokenizer.inner, &env).map_err(|e| {
+                unmodelled(setting, &value, format!("SGLang's `{}` encoder: {e}", spec_name(spec)))
+            })?;
+            Ok(Selected {
+                encoder: Encoder::Dsv4 {
+                    encoder: Arc::new(encoder),
+                    plain: Arc::new(PlainText::new(&tokenizer.inner)),
+                },
+                content_format,
+            })
+        }
+        _ => Err(unmodelled(
+            setting,
+            &value,
+            format!("SGLang encodes this model's chat with its `{spec}` encoder, which this build does not model"),
+        )),
+    }
+}
+
 fn spec_name(spec: dsv4::Spec) -> &'static str {
     match spec {
         dsv4::Spec::V4 => "dsv4",
@@ -361,7 +393,7 @@ fn spec_name(spec: dsv4::Spec) -> &'static str {
 /// `chat_encoding.resolve_chat_encoding_spec`.
 pub fn encoding_spec(
     tool_call_parser: Option<&str>,
-    arch: &super::serving::Arch,
+    arch: &Arch,
     has_chat_template: bool,
 ) -> Option<&'static str> {
     match tool_call_parser {

@@ -73,8 +73,10 @@ pub struct RenderContext<'a> {
     pub add_generation_prompt: bool,
     /// The tokenizer's named special tokens (`bos_token`, ...), only those set.
     pub special_tokens: &'a [(String, String)],
-    /// `reasoning_effort` and then the request's `chat_template_kwargs`; later keys win,
-    /// and they override the special tokens.
+    /// The template variables from the kwargs: `reasoning_effort` and then the
+    /// request's `chat_template_kwargs`, later keys winning, with
+    /// `apply_chat_template`'s own arguments already taken out
+    /// (`ChatInputs::jinja_arguments`); they override the special tokens.
     pub extra: &'a Map<String, Value>,
     /// What `strftime_now` formats.
     pub now: chrono::NaiveDateTime,
@@ -87,62 +89,6 @@ pub struct ChatTemplate {
 }
 
 const TEMPLATE_NAME: &str = "chat";
-
-/// How `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-/// tools=tools, return_dict=False, **kwargs)` binds a template kwarg whose
-/// name is one of its own parameters (or of `render_jinja_template` and
-/// `render`): such a kwarg never reaches the template as a variable.
-enum KwargBinding {
-    /// Bound twice: `TypeError: got multiple values for argument`.
-    Duplicate,
-    /// Taken by a parameter that has no effect on `tokenize=False` output.
-    Consumed,
-    /// `documents`, the RAG documents argument.
-    Documents,
-    /// A flag that raises `ValueError` when true (and is consumed when false).
-    FailsIfTrue(&'static str),
-    /// An ordinary template variable.
-    Variable,
-}
-
-fn kwarg_binding(key: &str) -> KwargBinding {
-    match key {
-        "conversation"
-        | "tools"
-        | "add_generation_prompt"
-        | "tokenize"
-        | "return_dict"
-        | "conversations"
-        | "messages" => KwargBinding::Duplicate,
-        // a template picked by the request; SGLang refuses it before rendering
-        "chat_template" => {
-            KwargBinding::FailsIfTrue("chat_template_kwargs.chat_template is not allowed")
-        }
-        "padding" | "truncation" | "max_length" | "return_tensors" | "tokenizer_kwargs" => {
-            KwargBinding::Consumed
-        }
-        "documents" => KwargBinding::Documents,
-        "continue_final_message" => KwargBinding::FailsIfTrue(
-            "continue_final_message and add_generation_prompt are not compatible",
-        ),
-        "return_assistant_tokens_mask" => KwargBinding::FailsIfTrue(
-            "`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`",
-        ),
-        _ => KwargBinding::Variable,
-    }
-}
-
-/// Python truthiness of a JSON value.
-fn json_truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
 
 /// `render_jinja_template`: documents must be dicts.
 fn check_documents(docs: &Value) -> Result<(), TemplateError> {
@@ -218,40 +164,14 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TemplateError(e.to_string()))?;
-        let mut documents = ctx.documents;
-        let mut variables = Vec::with_capacity(ctx.extra.len());
-        for (key, value) in ctx.extra {
-            match kwarg_binding(key) {
-                KwargBinding::Variable => variables.push((key, value)),
-                KwargBinding::Consumed => {}
-                KwargBinding::Duplicate => {
-                    return Err(TemplateError(format!(
-                        "TypeError: apply_chat_template() got multiple values for argument '{key}'"
-                    )))
-                }
-                KwargBinding::FailsIfTrue(msg) => {
-                    // SGLang refuses any `chat_template` key, whatever its value
-                    if key == "chat_template" || json_truthy(value) {
-                        return Err(TemplateError(format!("ValueError: {msg}")));
-                    }
-                }
-                KwargBinding::Documents => {
-                    if documents.is_some() {
-                        return Err(TemplateError(
-                            "TypeError: apply_chat_template() got multiple values for argument 'documents'".into(),
-                        ));
-                    }
-                    documents = Some(value).filter(|v| !v.is_null());
-                }
-            }
-        }
+        let documents = ctx.documents;
         if let Some(docs) = documents {
             check_documents(docs)?;
         }
         let conv = |v: &Value| to_value(v, 0).map_err(map_error);
         let none = minijinja::Value::from(());
         let mut vars: Vec<(minijinja::Value, minijinja::Value)> =
-            Vec::with_capacity(4 + ctx.special_tokens.len() + variables.len());
+            Vec::with_capacity(4 + ctx.special_tokens.len() + ctx.extra.len());
         vars.push(("messages".into(), conv(ctx.messages)?));
         vars.push((
             "tools".into(),
@@ -271,7 +191,7 @@ impl ChatTemplate {
         for (k, v) in ctx.special_tokens {
             vars.push((k.as_str().into(), v.as_str().into()));
         }
-        for (k, v) in variables {
+        for (k, v) in ctx.extra {
             vars.push((k.as_str().into(), conv(v)?));
         }
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.

@@ -561,52 +561,39 @@ fn raise_exception_message_is_the_error() {
 }
 
 #[test]
-fn kwargs_bind_like_apply_chat_template() {
+fn documents_must_be_dicts_and_kwargs_are_variables() {
+    // `apply_chat_template`'s own arguments are split off before rendering
+    // (`preprocess::apply_chat_template_arguments`); the rest are variables.
     let tmpl = ChatTemplate::new(
-        "{{ messages|length }}|{{ documents|tojson }}|{{ padding is defined }}|{{ continue_final_message is defined }}",
+        "{{ messages|length }}|{{ documents|tojson }}|{{ padding is defined }}|{{ x }}",
     )
     .expect("compiles");
-    let render = |extra: Value| {
-        let extra = extra.as_object().cloned().unwrap_or_default();
-        tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &[]))
+    let messages = Value::Array(vec![]);
+    let mut extra = Map::new();
+    extra.insert("x".into(), Value::from(1));
+    let render = |documents: Option<&Value>| {
+        tmpl.render(&RenderContext {
+            documents,
+            ..simple_ctx(&messages, &extra, &[])
+        })
     };
-    // parameters SGLang passes itself, or that collide inside transformers
-    for key in [
-        "messages",
-        "conversation",
-        "conversations",
-        "tools",
-        "add_generation_prompt",
-        "tokenize",
-        "return_dict",
-        "chat_template",
-    ] {
-        assert!(render(serde_json::json!({ key: null })).is_err(), "{key}");
-    }
-    // flags that raise only when true
-    assert!(render(serde_json::json!({"continue_final_message": true})).is_err());
-    assert!(render(serde_json::json!({"return_assistant_tokens_mask": 1})).is_err());
-    // consumed by apply_chat_template: never template variables
+    assert_eq!(render(None).expect("renders"), "0|null|False|1");
+    // the documents argument must be dicts (`render_jinja_template`)
+    let docs = serde_json::json!([{"title": "t", "text": "x"}]);
     assert_eq!(
-        render(
-            serde_json::json!({"padding": true, "truncation": true, "max_length": 5,
-            "continue_final_message": false, "return_assistant_tokens_mask": 0})
-        )
-        .expect("renders"),
-        "0|null|False|False"
+        render(Some(&docs)).expect("renders"),
+        "0|[{\"title\": \"t\", \"text\": \"x\"}]|False|1"
     );
-    // documents from the kwargs are the documents argument, and must be dicts
+    assert!(render(Some(&serde_json::json!(["not a dict"]))).is_err());
+    assert!(render(Some(&serde_json::json!("text"))).is_err());
     assert_eq!(
-        render(serde_json::json!({"documents": [{"title": "t", "text": "x"}]})).expect("renders"),
-        "0|[{\"title\": \"t\", \"text\": \"x\"}]|False|False"
+        render(Some(&serde_json::json!([]))).expect("renders"),
+        "0|[]|False|1"
     );
-    assert!(render(serde_json::json!({"documents": ["not a dict"]})).is_err());
-    assert!(render(serde_json::json!({"documents": "text"})).is_err());
-    assert_eq!(
-        render(serde_json::json!({"documents": []})).expect("renders"),
-        "0|[]|False|False"
-    );
+}
 
+#[test]
+fn kwargs_override_special_tokens() {
     let mut extra = Map::new();
     extra.insert("bos_token".into(), Value::String(String::new()));
     extra.insert("raise_exception".into(), Value::String("shadowed".into()));

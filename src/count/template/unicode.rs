@@ -300,9 +300,10 @@ pub fn str_istitle(s: &str) -> bool {
     cased
 }
 
-/// Python's `str.strip()` without arguments.
+/// Python's `str.strip()` without arguments: [`crate::count::py::strip`],
+/// whose whitespace is [`is_space`]'s (`strip_is_str_isspace` pins that).
 pub fn strip(s: &str) -> &str {
-    s.trim_matches(is_space)
+    crate::count::py::strip(s)
 }
 
 pub fn lstrip(s: &str) -> &str {
@@ -355,4 +356,19 @@ pub fn splitlines(s: &str, keepends: bool) -> Vec<&str> {
         out.push(&s[start..]);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// `py::strip`'s whitespace (Rust's `White_Space` plus U+001C..U+001F)
+    /// is `str.isspace` on every code point, so `strip` may use it.
+    #[test]
+    fn strip_is_str_isspace() {
+        for c in (0..=0x10_FFFF).filter_map(char::from_u32) {
+            let py_rs = c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c);
+            assert_eq!(super::is_space(c), py_rs, "U+{:04X}", u32::from(c));
+            let s = c.to_string();
+            assert_eq!(super::strip(&s).is_empty(), py_rs, "U+{:04X}", u32::from(c));
+        }
+    }
 }
