@@ -406,3 +406,41 @@ async fn without_a_stated_version_tools_are_counted_both_ways() {
         200
     );
 }
+
+#[tokio::test]
+async fn responses_that_older_releases_build_longer_are_refused_in_front_of_them() {
+    let developer = json!({"model": MODEL, "input": [
+        {"role": "developer", "content": [{"type": "input_text", "text": "hello"},
+                                          {"type": "input_text", "text": "hello"}]},
+        {"role": "user", "content": "hello"}]});
+    let reasoning = json!({"model": MODEL, "input": [
+        {"role": "user", "content": "hello"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "hello"}]},
+        {"type": "message", "role": "assistant", "phase": "final_answer",
+         "content": [{"type": "output_text", "text": "hello"}]},
+        {"role": "user", "content": "hello"}]});
+    let plain = json!({"model": MODEL, "input": "hello hello"});
+
+    let mut worker = prefill_worker(100);
+    worker.server_info["version"] = json!("0.5.20");
+    let w = InfoMock::start(worker).await;
+    let live = start_live(&workers(&[&w])).await;
+    served(&live).await;
+    let before = live.g.mock.state.count();
+    for body in [&developer, &reasoning] {
+        let a = live.g.post("/v1/responses", body).await;
+        assert_eq!(a.status, 400, "{}", String::from_utf8_lossy(&a.body));
+        let message = a.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(message.contains("before 0.5.23"), "{message}");
+    }
+    assert_eq!(live.g.mock.state.count(), before, "nothing forwarded");
+    assert_eq!(live.g.post("/v1/responses", &plain).await.status, 200);
+
+    // In front of 0.5.23 the same requests are counted and forwarded.
+    w.set(|a| a.server_info["version"] = json!("0.5.23"));
+    eventually("0.5.23 is in force", || async {
+        live.g.post("/v1/responses", &developer).await.status == 200
+    })
+    .await;
+    assert_eq!(live.g.post("/v1/responses", &reasoning).await.status, 200);
+}

@@ -280,6 +280,15 @@ impl ModelCounter {
                 self.count_converted(|inline| anthropic::convert(body, inline), clock, ctx)
             }
             ChatApi::Responses => {
+                if self.server.releases.any_before(super::Release::V0523) {
+                    if let Some(why) = responses::built_differently_before_0523(body) {
+                        return Err(CountError::Unsupported(format!(
+                            "SGLang before 0.5.23 builds this /v1/responses prompt differently ({why}), and can \
+                             count more tokens than the guard would; not modelled (upgrade the server, or state \
+                             sglang_version when it is 0.5.23 or later)"
+                        )));
+                    }
+                }
                 if let Some(vocabulary) = &self.api.harmony {
                     return self.count_harmony(vocabulary, body, clock, ctx);
                 }

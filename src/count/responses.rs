@@ -808,6 +808,30 @@ fn label_developer_content(content: Option<&Value>) -> Value {
     }
 }
 
+/// Why SGLang 0.5.19-0.5.22 may build a longer prompt than 0.5.23 for this
+/// request, or `None`. Found by running each release's own handler
+/// (`gen_chat_api.py` against 0.5.19-0.5.23, plus probes): before 0.5.22 every
+/// system and developer item is moved to the front and list parts are
+/// joined with blank lines; before 0.5.23 a reasoning item stays a turn of its
+/// own ahead of an assistant message with a `phase` (0.5.23 merges it in).
+/// Items of those kinds are refused rather than guessed at.
+pub fn built_differently_before_0523(body: &Value) -> Option<&'static str> {
+    let items = body.get("input")?.as_array()?;
+    for item in items {
+        let role = item.get("role").and_then(Value::as_str);
+        if matches!(role, Some("system" | "developer")) {
+            return Some("system and developer input items are moved and joined");
+        }
+        if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+            return Some("reasoning items are not merged into the next assistant message");
+        }
+        if item.get("phase").is_some_and(|p| !p.is_null()) {
+            return Some("assistant messages with a phase are merged differently");
+        }
+    }
+    None
+}
+
 /// `_merge_consecutive_assistant_messages`.
 fn merge_consecutive_assistant_messages(messages: Vec<Value>) -> Result<Vec<Value>, CountError> {
     let mut merged: Vec<Value> = Vec::with_capacity(messages.len());
