@@ -280,6 +280,13 @@ impl ModelCounter {
                 self.count_converted(|inline| anthropic::convert(body, inline), clock, ctx)
             }
             ChatApi::Responses => {
+                let n = match &self.api.harmony {
+                    Some(vocabulary) => self.count_harmony(vocabulary, body, clock, ctx)?,
+                    None => {
+                        self.count_converted(|inline| responses::convert(body, inline), clock, ctx)?
+                    }
+                };
+                // After the conversion, so that its own refusals (more specific) come first.
                 if self.server.releases.any_before(super::Release::V0523) {
                     if let Some(why) = responses::built_differently_before_0523(body) {
                         return Err(CountError::Unsupported(format!(
@@ -289,10 +296,7 @@ impl ModelCounter {
                         )));
                     }
                 }
-                if let Some(vocabulary) = &self.api.harmony {
-                    return self.count_harmony(vocabulary, body, clock, ctx);
-                }
-                self.count_converted(|inline| responses::convert(body, inline), clock, ctx)
+                Ok(n)
             }
         }
     }
