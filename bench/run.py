@@ -694,7 +694,8 @@ def main() -> None:
         targets.append(Target("envoy", "Envoy 1.40 pass-through", port, p))
     if "nginx" in chosen:
         port = free_port()
-        nginx_dir = out / "nginx"
+        # nginx reads relative paths from its own prefix, not the working directory.
+        nginx_dir = (out / "nginx").resolve()
         nginx_dir.mkdir(exist_ok=True)
         cfg = (REPO / "bench" / "nginx.conf").read_text()
         cfg = (cfg.replace("@LISTEN_PORT@", str(port)).replace("@UPSTREAM_PORT@", str(stub_port))
