@@ -218,6 +218,15 @@ impl Runtime {
     }
 }
 
+/// The prefill workers' base URLs, as `sglang::Api` joins paths onto them.
+fn worker_bases(config: &Config) -> Vec<String> {
+    config
+        .prefill_urls
+        .iter()
+        .map(|u| u.to_string().trim_end_matches('/').to_string())
+        .collect()
+}
+
 /// How long start-up waits for a prefill worker to say what it serves.
 const NAME_QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -229,15 +238,16 @@ const NAME_QUESTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// kept on a reload, else the directory's basename, and the log says so.
 /// With several models each `name` is required to match a served name anyway.
 async fn name_after_workers(config: &mut Config, running: Option<&str>) {
+    let (workers, connect) = (worker_bases(config), config.upstream_connect_timeout);
     let [model] = config.models.as_mut_slice() else {
         return;
     };
-    if !model.named_by_default || config.prefill_urls.is_empty() {
+    if !model.named_by_default || workers.is_empty() {
         return;
     }
-    let api = crate::sglang::Api::new(config.upstream_connect_timeout, NAME_QUESTION_TIMEOUT);
-    let asks = config.prefill_urls.iter().map(|url| {
-        let (api, url) = (&api, url.to_string().trim_end_matches('/').to_string());
+    let api = crate::sglang::Api::new(connect, NAME_QUESTION_TIMEOUT);
+    let asks = workers.into_iter().map(|url| {
+        let api = &api;
         async move {
             let info = api.server_info(&url).await.ok()?;
             let models = api.models(&url).await.ok();
@@ -351,11 +361,7 @@ async fn build(
     let profiles = Arc::new(Profiles::new(initial));
     let discovery = (!config.prefill_urls.is_empty()).then(|| {
         let settings = discovery::Settings {
-            workers: config
-                .prefill_urls
-                .iter()
-                .map(|u| u.to_string().trim_end_matches('/').to_string())
-                .collect(),
+            workers: worker_bases(config),
             interval: config.discovery_interval,
             connect_timeout: config.upstream_connect_timeout,
             timeout: DISCOVERY_REQUEST_TIMEOUT,

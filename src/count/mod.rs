@@ -711,7 +711,9 @@ impl ModelCounter {
             Prepared::Template(mut inputs) => {
                 // The prompt of the oldest release the server may run.
                 if let Some(oldest) = self.server.releases.iter().next() {
-                    if let Some(old) = inputs.as_built_by(oldest) {
+                    if let Some(old) =
+                        inputs.as_built_by(oldest, matches!(self.encoder, Encoder::Dsv32))
+                    {
                         *inputs = old;
                     }
                 }
@@ -782,8 +784,9 @@ impl ModelCounter {
         // The prompt as each release the server may run builds it (one
         // input for most requests); the largest count is the prompt's length.
         let mut variants: Vec<std::borrow::Cow<'_, ChatInputs>> = Vec::with_capacity(1);
+        let reads_all_tools = matches!(self.encoder, Encoder::Dsv32);
         for release in self.server.releases.iter() {
-            let variant = match inputs.as_built_by(release) {
+            let variant = match inputs.as_built_by(release, reads_all_tools) {
                 Some(v) => std::borrow::Cow::Owned(v),
                 None => std::borrow::Cow::Borrowed(&*inputs),
             };

@@ -181,28 +181,37 @@ impl ChatInputs {
     /// that order, `"strict": false` where the client set none (0.5.23 keeps
     /// the client's keys and order): a few tokens more per tool on most
     /// templates, and the order can move a count either way.
-    pub fn as_built_by(&self, release: Release) -> Option<ChatInputs> {
-        let (mut tools, mut all_tools) = (self.tools.clone(), self.all_tools.clone());
-        if release.dumps_tool_model_fields() {
-            tools = legacy_tool_dump(self.tools.as_ref());
-            all_tools = legacy_tool_dump(self.all_tools.as_ref());
-        }
-        let encoders_get_all_tools =
-            release.encoders_get_tools_despite_choice_none() && all_tools.is_some();
-        // `Map`'s equality ignores key order, which is half the difference.
-        let spelled = |v: &Option<Value>| v.as_ref().map(Value::to_string);
-        if spelled(&tools) == spelled(&self.tools)
-            && spelled(&all_tools) == spelled(&self.all_tools)
-            && encoders_get_all_tools == self.encoders_get_all_tools
-        {
+    ///
+    /// `encoder_reads_all_tools`: the model's encoder renders `all_tools` (dsv32);
+    /// for the others the release's choice of encoder tools changes nothing.
+    pub fn as_built_by(
+        &self,
+        release: Release,
+        encoder_reads_all_tools: bool,
+    ) -> Option<ChatInputs> {
+        let legacy_dump =
+            release.dumps_tool_model_fields() && (self.tools.is_some() || self.all_tools.is_some());
+        let encoders_get_all_tools = encoder_reads_all_tools
+            && release.encoders_get_tools_despite_choice_none()
+            && self.all_tools.is_some();
+        // Most requests (no tools, or the reference release) end here, uncopied.
+        if !legacy_dump && encoders_get_all_tools == self.encoders_get_all_tools {
             return None;
         }
-        Some(ChatInputs {
-            tools,
-            all_tools,
+        let dump = |tools: &Option<Value>| {
+            if legacy_dump {
+                legacy_tool_dump(tools.as_ref())
+            } else {
+                tools.clone()
+            }
+        };
+        let variant = ChatInputs {
+            tools: dump(&self.tools),
+            all_tools: dump(&self.all_tools),
             encoders_get_all_tools,
             ..self.clone()
-        })
+        };
+        (!variant.same_as(self)).then_some(variant)
     }
 
     /// Whether two variants of one request ([`ChatInputs::as_built_by`]) are
