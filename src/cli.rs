@@ -10,13 +10,12 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
-use crate::config::trimmed;
-use crate::config::{Config, LogFormat, RawConfig, RawModel};
+use crate::config::{Config, RawConfig, ServerSettings};
 use crate::count::serving::Observed;
 use crate::count::{Clock, ModelCounter};
 use crate::errors::Reason;
 use crate::inspect::{self, json as strict_json, Route};
-use crate::load::{counter_for_server, read_server_settings, ServerFlags};
+use crate::load::{counter_for_server, read_server_settings};
 use crate::policy::NotServed;
 use crate::reload::{ConfigSource, Runtime};
 use crate::server::Listeners;
@@ -85,7 +84,7 @@ pub enum Command {
     /// Check an SGLang deployment for the PD tenant leak (exit 0 not exposed, 1 exposed, 2 cannot tell).
     Audit(crate::audit::AuditArgs),
     /// Compare the guard's counts with the upstream's own /v1/tokenize (exit 1 if the guard ever counts fewer).
-    Verify(crate::verify::VerifyArgs),
+    Verify(Box<crate::verify::VerifyArgs>),
     /// Write a tiny self-contained model directory (for the quick start and tests).
     DemoModel {
         /// Directory to create.
@@ -105,235 +104,15 @@ pub struct ServeArgs {
     /// TOML configuration file; flags and variables override it.
     #[arg(long, env = "PREFILL_GUARD_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address of the proxy listener (HTTP/1.1 and h2c).
-    #[arg(long, env = "PREFILL_GUARD_LISTEN")]
-    pub listen: Option<SocketAddr>,
-    /// Address of /metrics, /healthz and /readyz; never the proxy port.
-    #[arg(long, env = "PREFILL_GUARD_ADMIN_LISTEN")]
-    pub admin_listen: Option<SocketAddr>,
-    /// Base URL of SGLang or its router.
-    #[arg(long, env = "PREFILL_GUARD_UPSTREAM")]
-    pub upstream: Option<String>,
-    /// Model directory or Hugging Face model id (single-model shorthand).
-    #[arg(long, env = "PREFILL_GUARD_TOKENIZER")]
-    pub tokenizer: Option<String>,
-    /// Hugging Face revision of `--tokenizer`.
-    #[arg(long, env = "PREFILL_GUARD_REVISION")]
-    pub revision: Option<String>,
-    /// The served model name (metrics, logs, client errors). Default with one model: the name its
-    /// --prefill-url workers serve, else the tokenizer directory's basename or the Hub id.
-    #[arg(long, env = "PREFILL_GUARD_SERVED_MODEL_NAME")]
-    pub served_model_name: Option<String>,
-    /// SGLang's max_req_input_len of the prefill server: prompts with L >= N are refused.
-    #[arg(long, env = "PREFILL_GUARD_MAX_REQ_INPUT_LEN")]
-    pub max_req_input_len: Option<usize>,
-    /// The prefill server's KV pool (max_total_num_tokens); with --context-length.
-    #[arg(long, env = "PREFILL_GUARD_PREFILL_POOL_TOKENS")]
-    pub prefill_pool_tokens: Option<usize>,
-    /// The model's context length; with --prefill-pool-tokens.
-    #[arg(long, env = "PREFILL_GUARD_CONTEXT_LENGTH")]
-    pub context_length: Option<usize>,
-    /// Tokens subtracted from every limit on top.
-    #[arg(long, env = "PREFILL_GUARD_SAFETY_MARGIN_TOKENS")]
-    pub safety_margin_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per image, a configured upper bound
-    /// (default: images refused).
-    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_IMAGE_TOKENS")]
-    pub multimodal_image_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per video, an upper bound (default: refused).
-    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_VIDEO_TOKENS")]
-    pub multimodal_video_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per audio clip, an upper bound (default: refused).
-    #[arg(long, env = "PREFILL_GUARD_MULTIMODAL_AUDIO_TOKENS")]
-    pub multimodal_audio_tokens: Option<usize>,
-    /// Largest request body; larger ones get 413 (default 32MiB; units: KiB, MiB, GiB, kB, MB, GB).
-    #[arg(long, env = "PREFILL_GUARD_MAX_BODY_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
-    pub max_body_bytes: Option<usize>,
-    /// Longest wait to connect to the upstream, then 502 (default 5000).
-    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_CONNECT_TIMEOUT_MS")]
-    pub upstream_connect_timeout_ms: Option<u64>,
-    /// Longest wait for the upstream's response headers, then 504 (default 600).
-    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_RESPONSE_TIMEOUT_SECS")]
-    pub upstream_response_timeout_secs: Option<u64>,
-    /// Longest silence of the upstream mid-response before the guard ends it (default 600).
-    #[arg(long, env = "PREFILL_GUARD_UPSTREAM_IDLE_TIMEOUT_SECS")]
-    pub upstream_idle_timeout_secs: Option<u64>,
-    /// Event loops serving the proxy port, one thread each (default: the
-    /// number of cores; counting has its own threads).
-    #[arg(long, env = "PREFILL_GUARD_IO_THREADS")]
-    pub io_threads: Option<usize>,
-    /// Counting threads (default: the number of cores).
-    #[arg(long, env = "PREFILL_GUARD_COUNT_WORKERS")]
-    pub count_workers: Option<usize>,
-    /// Requests that may wait for a counting thread before the guard sheds with 503.
-    #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE")]
-    pub count_queue: Option<usize>,
-    /// Longest wait for a counting thread before the guard sheds with 503 (default 10000).
-    #[arg(long, env = "PREFILL_GUARD_COUNT_QUEUE_TIMEOUT_MS")]
-    pub count_queue_timeout_ms: Option<u64>,
-    /// Bytes of request bodies buffered at once; beyond it the guard sheds with 503
-    /// (default: 8 × max-body-bytes).
-    #[arg(long, env = "PREFILL_GUARD_MAX_INFLIGHT_BODY_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
-    pub max_inflight_body_bytes: Option<usize>,
-    /// Time for a whole request head (default 10000).
-    #[arg(long, env = "PREFILL_GUARD_HEADER_READ_TIMEOUT_MS")]
-    pub header_read_timeout_ms: Option<u64>,
-    /// Longest gap between two reads of a request body (default 10000).
-    #[arg(long, env = "PREFILL_GUARD_BODY_IDLE_TIMEOUT_MS")]
-    pub body_idle_timeout_ms: Option<u64>,
-    /// Time for a whole request body (default 120000).
-    #[arg(long, env = "PREFILL_GUARD_BODY_READ_TIMEOUT_MS")]
-    pub body_read_timeout_ms: Option<u64>,
-    /// A connection with no request in flight is closed after this (default 60000).
-    #[arg(long, env = "PREFILL_GUARD_KEEPALIVE_IDLE_TIMEOUT_MS")]
-    pub keepalive_idle_timeout_ms: Option<u64>,
-    /// Open connections on the proxy port, and on the authz port (default 8192).
-    #[arg(long, env = "PREFILL_GUARD_MAX_CONNECTIONS")]
-    pub max_connections: Option<usize>,
-    /// Open connections from one peer address; 0 = no limit (default 256).
-    #[arg(long, env = "PREFILL_GUARD_MAX_CONNECTIONS_PER_CLIENT")]
-    pub max_connections_per_client: Option<usize>,
-    /// Tokenize every prompt (up to the limit) instead of accepting a prompt whose
-    /// cheap upper bound is under the limit (default false).
-    #[arg(
-        long,
-        env = "PREFILL_GUARD_EXACT_COUNTING",
-        value_name = "BOOL",
-        value_parser = clap::builder::BoolishValueParser::new(),
-        num_args = 0..=1,
-        default_missing_value = "true"
-    )]
-    pub exact_counting: Option<bool>,
-    /// Memory for remembered piece counts of long prompts, so a resent
-    /// conversation costs only its new text; 0 = off (default 64MiB; units
-    /// as for --max-body-bytes).
-    #[arg(long, env = "PREFILL_GUARD_COUNT_CACHE_BYTES", value_name = "BYTES", value_parser = crate::config::parse_bytes)]
-    pub count_cache_bytes: Option<usize>,
-    /// Who may reuse whose remembered counts: `authorization` (per credential,
-    /// the default), `header:NAME` (per value of that header) or `none` (all
-    /// tenants share; exposes a timing probe, see the README).
-    #[arg(
-        long,
-        env = "PREFILL_GUARD_COUNT_CACHE_PARTITION",
-        value_name = "PARTITION"
-    )]
-    pub count_cache_partition: Option<String>,
-    /// When the pod is ready: `all_models` (default: a model that cannot be
-    /// judged, one no worker serves say, holds the pod unready) or `any_model`.
-    #[arg(long, env = "PREFILL_GUARD_READINESS", value_enum)]
-    pub readiness: Option<crate::config::Readiness>,
-    /// Log lines as `human` text (the default) or `json`, one line per event.
-    #[arg(long, env = "PREFILL_GUARD_LOG_FORMAT", value_enum)]
-    pub log_format: Option<LogFormat>,
-    /// Seconds in-flight requests get to finish after SIGTERM.
-    #[arg(long, env = "PREFILL_GUARD_SHUTDOWN_GRACE_SECS")]
-    pub shutdown_grace_secs: Option<u64>,
-    /// A prefill worker to read max_req_input_len from (GET /server_info); repeat for each
-    /// worker. The guard enforces the minimum. The variable takes a comma-separated list.
-    #[arg(
-        long = "prefill-url",
-        env = "PREFILL_GUARD_PREFILL_URLS",
-        value_delimiter = ',',
-        value_parser = trimmed
-    )]
-    pub prefill_urls: Vec<String>,
-    /// Milliseconds between discovery polls (default 30000).
-    #[arg(long, env = "PREFILL_GUARD_DISCOVERY_INTERVAL_MS")]
-    pub discovery_interval_ms: Option<u64>,
-    /// Lower max_model_len in GET /v1/models answers to the guard's limit (default true).
-    #[arg(
-        long,
-        env = "PREFILL_GUARD_REWRITE_MODELS_MAX_LEN",
-        value_name = "BOOL",
-        value_parser = clap::builder::BoolishValueParser::new()
-    )]
-    pub rewrite_models_max_len: Option<bool>,
-    /// DANGEROUS: forward this exact canonical path to the upstream uninspected (repeat
-    /// it). Prompt routes are refused at startup. The variable takes a comma-separated list.
-    #[arg(
-        long = "allow-route",
-        env = "PREFILL_GUARD_ALLOW_ROUTES",
-        value_delimiter = ',',
-        value_parser = trimmed
-    )]
-    pub allow_routes: Vec<String>,
-    /// Address of the gRPC listener: Envoy ext_authz (envoy.service.auth.v3), ext_proc
-    /// (envoy.service.ext_proc.v3) and grpc.health.v1 (off unless set).
-    #[arg(long, env = "PREFILL_GUARD_GRPC_LISTEN")]
-    pub grpc_listen: Option<SocketAddr>,
-    /// Address of the HTTP authorization listener: Envoy/Istio ext_authz over HTTP and
-    /// Traefik ForwardAuth (off unless set). Answers 200 to allow, the native refusal to deny.
-    #[arg(long, env = "PREFILL_GUARD_AUTHZ_LISTEN")]
-    pub authz_listen: Option<SocketAddr>,
-    /// Envoy's `path_prefix` (Istio's `pathPrefix`), stripped from each check request's path;
-    /// with `--authz-style traefik`, the path of the ForwardAuth address.
-    #[arg(long, env = "PREFILL_GUARD_AUTHZ_PATH_PREFIX")]
-    pub authz_path_prefix: Option<String>,
-    /// Who calls --authz-listen: envoy (also Istio; default) or traefik (ForwardAuth).
-    #[arg(long, env = "PREFILL_GUARD_AUTHZ_STYLE", value_enum)]
-    pub authz_style: Option<crate::config::AuthzStyle>,
-    /// Share of allowed requests (0 to 1) counted again and compared with a prefill
-    /// worker's /v1/tokenize, off the request path; an undercount takes the model out of
-    /// service until a reload (default 0: off; needs --prefill-url).
-    #[arg(long, env = "PREFILL_GUARD_VERIFY_SAMPLE_RATE", value_name = "RATE")]
-    pub verify_sample_rate: Option<f64>,
+    /// Every setting of the file, as a flag and a variable (`config::settings`).
     #[command(flatten)]
-    pub server: ServerFlags,
+    pub settings: RawConfig,
 }
 
 impl ServeArgs {
     /// The overlay of flags and variables on top of the file.
     pub fn overlay(&self) -> RawConfig {
-        RawConfig {
-            listen: self.listen,
-            admin_listen: self.admin_listen,
-            upstream: self.upstream.clone(),
-            max_body_bytes: self.max_body_bytes,
-            upstream_connect_timeout_ms: self.upstream_connect_timeout_ms,
-            upstream_response_timeout_secs: self.upstream_response_timeout_secs,
-            upstream_idle_timeout_secs: self.upstream_idle_timeout_secs,
-            io_threads: self.io_threads,
-            count_workers: self.count_workers,
-            count_queue: self.count_queue,
-            count_queue_timeout_ms: self.count_queue_timeout_ms,
-            max_inflight_body_bytes: self.max_inflight_body_bytes,
-            header_read_timeout_ms: self.header_read_timeout_ms,
-            body_idle_timeout_ms: self.body_idle_timeout_ms,
-            body_read_timeout_ms: self.body_read_timeout_ms,
-            keepalive_idle_timeout_ms: self.keepalive_idle_timeout_ms,
-            max_connections: self.max_connections,
-            max_connections_per_client: self.max_connections_per_client,
-            exact_counting: self.exact_counting,
-            count_cache_bytes: self.count_cache_bytes,
-            count_cache_partition: self.count_cache_partition.clone(),
-            readiness: self.readiness,
-            log_format: self.log_format,
-            shutdown_grace_secs: self.shutdown_grace_secs,
-            safety_margin_tokens: self.safety_margin_tokens,
-            prefill_urls: (!self.prefill_urls.is_empty()).then(|| self.prefill_urls.clone()),
-            discovery_interval_ms: self.discovery_interval_ms,
-            rewrite_models_max_len: self.rewrite_models_max_len,
-            allow_routes: (!self.allow_routes.is_empty()).then(|| self.allow_routes.clone()),
-            grpc_listen: self.grpc_listen,
-            authz_listen: self.authz_listen,
-            authz_path_prefix: self.authz_path_prefix.clone(),
-            authz_style: self.authz_style,
-            verify_sample_rate: self.verify_sample_rate,
-            model: RawModel {
-                name: self.served_model_name.clone(),
-                tokenizer: self.tokenizer.clone(),
-                revision: self.revision.clone(),
-                max_req_input_len: self.max_req_input_len,
-                prefill_pool_tokens: self.prefill_pool_tokens,
-                context_length: self.context_length,
-                safety_margin_tokens: None,
-                multimodal_image_tokens: self.multimodal_image_tokens,
-                multimodal_video_tokens: self.multimodal_video_tokens,
-                multimodal_audio_tokens: self.multimodal_audio_tokens,
-                ..self.server.raw()
-            },
-            models: Vec::new(),
-        }
+        self.settings.clone()
     }
 
     pub fn load_config(&self) -> Result<Config, crate::config::ConfigError> {
@@ -378,7 +157,7 @@ pub struct CountArgs {
     #[arg(long, value_name = "URL")]
     pub server_info_url: Option<String>,
     #[command(flatten)]
-    pub server: ServerFlags,
+    pub server: ServerSettings,
     /// Request bodies (JSON files); `-` reads one from standard input.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,

@@ -13,7 +13,9 @@
 //! body) or `errors` (refusal → status, body, metric label). `app` is the
 //! running state each request takes (`App`, swapped whole on reload);
 //! `route` is the route table all of them read; `load`, `hub` and `reload`
-//! bring models in; `signal` stops the process. `scripts/import-cycles.py`
+//! bring models in; `config` declares each setting once (`config/settings.rs`:
+//! the file key, the flag, the variable) and resolves them; `signal` stops
+//! the process. `scripts/import-cycles.py`
 //! checks that the top-level modules use each other without a cycle of any
 //! length (none today).
 #![forbid(unsafe_code)]

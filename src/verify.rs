@@ -55,7 +55,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub ignore_server_info: bool,
     #[command(flatten)]
-    pub server: crate::load::ServerFlags,
+    pub server: crate::config::ServerSettings,
     /// Request bodies (JSON files).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,

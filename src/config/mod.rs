@@ -1,9 +1,12 @@
 //! Typed configuration, validated once at start-up. Sources, lowest to highest
 //! precedence: the TOML file (`--config`), `PREFILL_GUARD_*` variables, flags.
-//! The flags and variables are declared in `cli.rs`; this module owns the
-//! shape, the defaults and the validation.
+//! Each setting is declared once, in `settings.rs` (file key, flag, variable
+//! and help text); this module owns the defaults and the validation.
 
-use std::collections::BTreeMap;
+mod settings;
+
+pub use settings::{parse_bytes, trimmed, RawConfig, RawModel, ServerSettings};
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,7 +14,6 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::count::cache::Partitioning;
-use crate::count::serving::{Observed, SglangEnv};
 
 /// The effective configuration of `prefill-guard serve`.
 #[derive(Debug, Clone)]
@@ -154,120 +156,6 @@ pub enum Readiness {
     AnyModel,
 }
 
-/// The TOML file, and the overlay built from variables and flags. Every field is
-/// optional so layers can be merged; `Config::resolve` applies defaults and checks.
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    pub listen: Option<SocketAddr>,
-    pub admin_listen: Option<SocketAddr>,
-    pub upstream: Option<String>,
-    #[serde(default, deserialize_with = "bytes_setting")]
-    pub max_body_bytes: Option<usize>,
-    pub upstream_connect_timeout_ms: Option<u64>,
-    pub upstream_response_timeout_secs: Option<u64>,
-    pub upstream_idle_timeout_secs: Option<u64>,
-    /// Event loops serving the proxy port (default: the number of cores).
-    pub io_threads: Option<usize>,
-    pub count_workers: Option<usize>,
-    pub count_queue: Option<usize>,
-    pub count_queue_timeout_ms: Option<u64>,
-    /// Bytes of request bodies buffered at once (default 8 × max_body_bytes).
-    #[serde(default, deserialize_with = "bytes_setting")]
-    pub max_inflight_body_bytes: Option<usize>,
-    pub header_read_timeout_ms: Option<u64>,
-    pub body_idle_timeout_ms: Option<u64>,
-    pub body_read_timeout_ms: Option<u64>,
-    pub keepalive_idle_timeout_ms: Option<u64>,
-    pub max_connections: Option<usize>,
-    pub max_connections_per_client: Option<usize>,
-    /// Tokenize every prompt; never accept by the upper bound (default false).
-    pub exact_counting: Option<bool>,
-    /// Memory for remembered piece counts (default 64 MiB, 0 = off).
-    #[serde(default, deserialize_with = "bytes_setting")]
-    pub count_cache_bytes: Option<usize>,
-    /// `authorization` (default), `header:NAME` or `none`.
-    pub count_cache_partition: Option<String>,
-    /// `all_models` (default) or `any_model`.
-    pub readiness: Option<Readiness>,
-    pub log_format: Option<LogFormat>,
-    pub shutdown_grace_secs: Option<u64>,
-    /// Applies to every model that does not set its own.
-    pub safety_margin_tokens: Option<usize>,
-    /// Prefill workers to discover the limit from (`GET /server_info`).
-    pub prefill_urls: Option<Vec<String>>,
-    /// Milliseconds between discovery rounds (default 30 s).
-    pub discovery_interval_ms: Option<u64>,
-    /// Lower `max_model_len` in `/v1/models` answers (default on).
-    pub rewrite_models_max_len: Option<bool>,
-    /// Canonical paths passed through uninspected (dangerous; prompt routes refused).
-    pub allow_routes: Option<Vec<String>>,
-    /// Envoy ext_authz / ext_proc over gRPC, and gRPC health (off by default).
-    pub grpc_listen: Option<SocketAddr>,
-    /// Envoy/Istio ext_authz over HTTP and Traefik ForwardAuth (off by default).
-    pub authz_listen: Option<SocketAddr>,
-    /// Envoy's `path_prefix`, stripped from every check request's path.
-    pub authz_path_prefix: Option<String>,
-    /// `envoy` (default) or `traefik`.
-    pub authz_style: Option<AuthzStyle>,
-    /// Share of allowed requests checked against a prefill worker (default 0: off).
-    pub verify_sample_rate: Option<f64>,
-    /// The single-model shorthand (flags `--tokenizer`, `--max-req-input-len`, ...).
-    #[serde(flatten)]
-    pub model: RawModel,
-    #[serde(default)]
-    pub models: Vec<RawModel>,
-}
-
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct RawModel {
-    #[serde(alias = "served_model_name")]
-    pub name: Option<String>,
-    pub tokenizer: Option<String>,
-    pub revision: Option<String>,
-    pub max_req_input_len: Option<usize>,
-    /// SGLang's `max_total_num_tokens` of the prefill server (its KV pool).
-    pub prefill_pool_tokens: Option<usize>,
-    /// SGLang's `context_len`.
-    pub context_length: Option<usize>,
-    pub safety_margin_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per image (an upper bound); absent: images refused.
-    pub multimodal_image_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per video (an upper bound); absent: videos refused.
-    pub multimodal_video_tokens: Option<usize>,
-    /// Multimodal opt-in: tokens charged per audio clip (an upper bound); absent: audio refused.
-    pub multimodal_audio_tokens: Option<usize>,
-    // The prefill server's own settings that change prompt ids, under
-    // SGLang's names (`count::serving::SETTINGS`), for deployments without
-    // discovery; with it they must agree with what the workers report.
-    /// `--default-chat-template-kwargs`: a table, or SGLang's JSON string.
-    pub default_chat_template_kwargs: Option<serde_json::Value>,
-    pub tool_call_parser: Option<String>,
-    pub reasoning_parser: Option<String>,
-    /// `--chat-template`: a built-in name or a `.jinja` file the guard can read.
-    pub chat_template: Option<String>,
-    pub hf_chat_template_name: Option<String>,
-    pub completion_template: Option<String>,
-    pub trust_request_chat_template: Option<bool>,
-    /// `--tokenizer-path`, stated when the guard's tokenizer is that one.
-    pub tokenizer_path: Option<String>,
-    /// The prefill server's SGLang release (`/server_info`'s `version`):
-    /// without discovery, what tells 0.5.19-0.5.22 tool prompts from 0.5.23's.
-    pub sglang_version: Option<String>,
-    /// The server's environment values that change ids (`SGLANG_DEFAULT_THINKING`, ...).
-    pub sglang_env: Option<BTreeMap<String, String>>,
-}
-
-/// One item of a comma-separated variable (`PREFILL_GUARD_PREFILL_URLS="a, b"`),
-/// without the spaces around it.
-pub fn trimmed(item: &str) -> Result<String, String> {
-    match item.trim() {
-        "" => Err("an empty item in a comma-separated list".into()),
-        t => Ok(t.to_string()),
-    }
-}
-
 /// The name a model goes by when the configuration gives none: a Hugging
 /// Face id as it is (SGLang's own default served name), a local directory
 /// by its last component, so that no filesystem path reaches a metric
@@ -289,56 +177,6 @@ pub fn default_model_name(tokenizer: &str) -> String {
             _ => None,
         })
         .unwrap_or_else(|| "model".to_string())
-}
-
-impl RawModel {
-    /// The static observation and environment the server settings make, checked.
-    pub fn static_server(&self) -> Result<StaticServer, String> {
-        let revision = self.revision.as_deref();
-        let mut observed = Observed::default();
-        if let Some(v) = &self.default_chat_template_kwargs {
-            let v = match v {
-                serde_json::Value::String(s) => serde_json::from_str(s)
-                    .map_err(|e| format!("default_chat_template_kwargs is not JSON: {e}"))?,
-                v => v.clone(),
-            };
-            if !v.is_object() {
-                return Err("default_chat_template_kwargs must be a table (a JSON object)".into());
-            }
-            observed.set("default_chat_template_kwargs", v);
-        }
-        for (name, value) in [
-            ("tool_call_parser", &self.tool_call_parser),
-            ("reasoning_parser", &self.reasoning_parser),
-            ("chat_template", &self.chat_template),
-            ("hf_chat_template_name", &self.hf_chat_template_name),
-            ("completion_template", &self.completion_template),
-            ("tokenizer_path", &self.tokenizer_path),
-        ] {
-            if let Some(v) = value {
-                observed.set(name, serde_json::Value::String(v.clone()));
-            }
-        }
-        if let Some(b) = self.trust_request_chat_template {
-            observed.set("trust_request_chat_template", serde_json::Value::Bool(b));
-        }
-        if let Some(r) = revision {
-            observed.set("revision", serde_json::Value::String(r.to_string()));
-        }
-        if let Some(v) = &self.sglang_version {
-            observed.set("version", serde_json::Value::String(v.clone()));
-        }
-        let (env, env_observed) = SglangEnv::parse(
-            self.sglang_env
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        )?;
-        Ok(StaticServer {
-            observed: observed.overlaid(&env_observed),
-            env,
-        })
-    }
 }
 
 pub use crate::count::serving::StaticServer;
@@ -416,125 +254,7 @@ impl Default for ClientLimits {
     }
 }
 
-impl RawConfig {
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError(e.to_string()))
-    }
-
-    /// `over` wins wherever it sets a value, one key at a time: a flag
-    /// never drops a table. Model flags (`--tokenizer`, `--max-req-input-len`,
-    /// ...) set those keys of the file's one model, whether the file writes
-    /// it at the top level or as a single `[[models]]` entry; with several
-    /// `[[models]]` they describe one more model (which then needs a `name`).
-    pub fn merge(self, over: RawConfig) -> RawConfig {
-        let (model, models) = match (self.models.len(), self.model.is_empty()) {
-            (1, true) if !over.model.is_empty() && over.models.is_empty() => {
-                let only = self.models.into_iter().next().expect("one model");
-                (RawModel::default(), vec![only.overlay(over.model)])
-            }
-            _ => (
-                self.model.overlay(over.model),
-                if over.models.is_empty() {
-                    self.models
-                } else {
-                    over.models
-                },
-            ),
-        };
-        RawConfig {
-            listen: over.listen.or(self.listen),
-            admin_listen: over.admin_listen.or(self.admin_listen),
-            upstream: over.upstream.or(self.upstream),
-            max_body_bytes: over.max_body_bytes.or(self.max_body_bytes),
-            upstream_connect_timeout_ms: over
-                .upstream_connect_timeout_ms
-                .or(self.upstream_connect_timeout_ms),
-            upstream_response_timeout_secs: over
-                .upstream_response_timeout_secs
-                .or(self.upstream_response_timeout_secs),
-            upstream_idle_timeout_secs: over
-                .upstream_idle_timeout_secs
-                .or(self.upstream_idle_timeout_secs),
-            io_threads: over.io_threads.or(self.io_threads),
-            count_workers: over.count_workers.or(self.count_workers),
-            count_queue: over.count_queue.or(self.count_queue),
-            count_queue_timeout_ms: over.count_queue_timeout_ms.or(self.count_queue_timeout_ms),
-            max_inflight_body_bytes: over
-                .max_inflight_body_bytes
-                .or(self.max_inflight_body_bytes),
-            header_read_timeout_ms: over.header_read_timeout_ms.or(self.header_read_timeout_ms),
-            body_idle_timeout_ms: over.body_idle_timeout_ms.or(self.body_idle_timeout_ms),
-            body_read_timeout_ms: over.body_read_timeout_ms.or(self.body_read_timeout_ms),
-            keepalive_idle_timeout_ms: over
-                .keepalive_idle_timeout_ms
-                .or(self.keepalive_idle_timeout_ms),
-            max_connections: over.max_connections.or(self.max_connections),
-            max_connections_per_client: over
-                .max_connections_per_client
-                .or(self.max_connections_per_client),
-            exact_counting: over.exact_counting.or(self.exact_counting),
-            count_cache_bytes: over.count_cache_bytes.or(self.count_cache_bytes),
-            count_cache_partition: over.count_cache_partition.or(self.count_cache_partition),
-            readiness: over.readiness.or(self.readiness),
-            log_format: over.log_format.or(self.log_format),
-            shutdown_grace_secs: over.shutdown_grace_secs.or(self.shutdown_grace_secs),
-            safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
-            prefill_urls: over.prefill_urls.or(self.prefill_urls),
-            discovery_interval_ms: over.discovery_interval_ms.or(self.discovery_interval_ms),
-            rewrite_models_max_len: over.rewrite_models_max_len.or(self.rewrite_models_max_len),
-            allow_routes: over.allow_routes.or(self.allow_routes),
-            grpc_listen: over.grpc_listen.or(self.grpc_listen),
-            authz_listen: over.authz_listen.or(self.authz_listen),
-            authz_path_prefix: over.authz_path_prefix.or(self.authz_path_prefix),
-            authz_style: over.authz_style.or(self.authz_style),
-            verify_sample_rate: over.verify_sample_rate.or(self.verify_sample_rate),
-            model,
-            models,
-        }
-    }
-}
-
 impl RawModel {
-    /// `over`'s keys where it sets them, else this model's: one key at a time.
-    fn overlay(self, over: RawModel) -> RawModel {
-        RawModel {
-            name: over.name.or(self.name),
-            tokenizer: over.tokenizer.or(self.tokenizer),
-            revision: over.revision.or(self.revision),
-            max_req_input_len: over.max_req_input_len.or(self.max_req_input_len),
-            prefill_pool_tokens: over.prefill_pool_tokens.or(self.prefill_pool_tokens),
-            context_length: over.context_length.or(self.context_length),
-            safety_margin_tokens: over.safety_margin_tokens.or(self.safety_margin_tokens),
-            multimodal_image_tokens: over
-                .multimodal_image_tokens
-                .or(self.multimodal_image_tokens),
-            multimodal_video_tokens: over
-                .multimodal_video_tokens
-                .or(self.multimodal_video_tokens),
-            multimodal_audio_tokens: over
-                .multimodal_audio_tokens
-                .or(self.multimodal_audio_tokens),
-            default_chat_template_kwargs: over
-                .default_chat_template_kwargs
-                .or(self.default_chat_template_kwargs),
-            tool_call_parser: over.tool_call_parser.or(self.tool_call_parser),
-            reasoning_parser: over.reasoning_parser.or(self.reasoning_parser),
-            chat_template: over.chat_template.or(self.chat_template),
-            hf_chat_template_name: over.hf_chat_template_name.or(self.hf_chat_template_name),
-            completion_template: over.completion_template.or(self.completion_template),
-            trust_request_chat_template: over
-                .trust_request_chat_template
-                .or(self.trust_request_chat_template),
-            tokenizer_path: over.tokenizer_path.or(self.tokenizer_path),
-            sglang_version: over.sglang_version.or(self.sglang_version),
-            sglang_env: over.sglang_env.or(self.sglang_env),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self == &RawModel::default()
-    }
-
     /// `discovery`: prefill workers are configured, so a model may go without
     /// a static limit (it is refused with 503 until discovery succeeds).
     fn resolve(
@@ -617,51 +337,6 @@ impl RawModel {
 }
 
 /// An `http://host[:port][/path]` base URL (`key` names the setting in errors).
-/// A byte size as operators write it: `33554432`, `32MiB`, `32 MiB`, `64KiB`,
-/// `1GiB` (powers of 1024) or `32MB`, `64kB`, `1GB` (powers of 1000).
-pub fn parse_bytes(text: &str) -> Result<usize, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: usize = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a byte size (for example 33554432 or 32MiB)"))?;
-    let factor: usize = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "kB" | "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        other => {
-            return Err(format!(
-                "`{other}` in `{text}` is not a byte unit (B, KiB, MiB, GiB, kB, MB, GB)"
-            ))
-        }
-    };
-    number
-        .checked_mul(factor)
-        .ok_or_else(|| format!("`{text}` is too large"))
-}
-
-/// A TOML byte size: a whole number of bytes or a string with a unit.
-fn bytes_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Bytes {
-        Number(usize),
-        Text(String),
-    }
-    match Option::<Bytes>::deserialize(d)? {
-        None => Ok(None),
-        Some(Bytes::Number(n)) => Ok(Some(n)),
-        Some(Bytes::Text(t)) => parse_bytes(&t).map(Some).map_err(serde::de::Error::custom),
-    }
-}
-
 pub fn http_base_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
     let uri: http::Uri = text
         .parse()
@@ -1122,10 +797,5 @@ mod tests {
         };
         let err = Config::resolve(base.merge(too_small)).unwrap_err();
         assert!(err.0.contains("max_inflight_body_bytes"), "{err}");
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        assert!(RawConfig::from_toml("upstrem = \"x\"").is_err());
     }
 }
