@@ -20,33 +20,7 @@ fn example_config_is_valid_and_sets_every_key() {
             && raw.safety_margin_tokens.is_some()
     );
     assert!(raw.discovery_interval_ms.is_some() && raw.rewrite_models_max_len.is_some());
-    // Commented-out alternatives are documented too.
-    for key in [
-        "prefill_urls",
-        "prefill_pool_tokens",
-        "context_length",
-        "revision",
-        "safety_margin_tokens",
-        "multimodal_image_tokens",
-        "multimodal_video_tokens",
-        "multimodal_audio_tokens",
-        "authz_listen",
-        "authz_path_prefix",
-        "authz_style",
-        "verify_sample_rate",
-        "default_chat_template_kwargs",
-        "tool_call_parser",
-        "reasoning_parser",
-        "chat_template",
-        "hf_chat_template_name",
-        "completion_template",
-        "trust_request_chat_template",
-        "tokenizer_path",
-        "sglang_version",
-        "sglang_env",
-    ] {
-        assert!(text.contains(key), "config example does not mention {key}");
-    }
+    // Every other key is at least shown commented out: `every_key_and_flag_is_documented`.
     let cfg = Config::load(Some(&path), RawConfig::default()).unwrap();
     assert_eq!(cfg.models.len(), 1);
     assert_eq!(cfg.models[0].max_req_input_len, Some(681_274));
