@@ -61,7 +61,9 @@ fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
 async fn run(command: Command) -> ExitCode {
     let result = match command {
         Command::Serve(_) => unreachable!("main runs `serve` itself"),
-        Command::Count(args) => cli::count(&args, &mut std::io::stdout().lock()).await,
+        Command::Count(args) => {
+            prefill_guard::count_cmd::run(&args, &mut std::io::stdout().lock()).await
+        }
         // These two have exit statuses of their own (0/1/2), documented in their --help.
         Command::Audit(args) => {
             return ExitCode::from(prefill_guard::audit::run(&args, &mut std::io::stdout()).await)
