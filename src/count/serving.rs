@@ -62,7 +62,7 @@ impl Handling {
     }
 }
 
-/// The server settings a configuration states for a model (`config.rs`
+/// The server settings a configuration states for a model (`config/settings.rs`
 /// reads them from flags and TOML).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StaticServer {
