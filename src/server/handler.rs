@@ -2,7 +2,7 @@
 //! proxy adapter over the shared decision core (`crate::core`).
 
 use std::borrow::Cow;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -154,7 +154,9 @@ async fn guard_and_forward(
         request_id,
         checked.body_len,
     );
-    forward(app, parts, checked.target, checked.body, rec).await
+    let (response, took) = forward(app, parts, checked.target, checked.body).await?;
+    rec.upstream = Some((response.status(), took));
+    Ok(response)
 }
 
 /// What the guard lets through: where to, and the body to send.
@@ -175,21 +177,21 @@ fn request_target<B>(req: &Request<B>) -> Cow<'_, Uri> {
     }
 }
 
+/// Sends the checked request upstream; returns its answer with the time to
+/// its headers.
 async fn forward(
     app: &App,
     parts: request::Parts,
     target: Uri,
     body: Bytes,
-    rec: &mut Record,
-) -> Result<Response<Incoming>, Reason> {
+) -> Result<(Response<Incoming>, Duration), Reason> {
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = parts.method;
     *req.uri_mut() = target;
     *req.headers_mut() = parts.headers;
     let sent = Instant::now();
     let response = app.upstream.send(req).await?;
-    rec.upstream = Some((response.status(), sent.elapsed()));
-    Ok(response)
+    Ok((response, sent.elapsed()))
 }
 
 fn from_upstream<B>(
