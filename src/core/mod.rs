@@ -37,7 +37,7 @@ use crate::route::Route;
 
 pub use denial::{external_status, Denial, DENIAL_CONTENT_TYPE};
 pub use guard::{count_units, Decision, Guard, INLINE_MAX_BYTES};
-pub use record::{observe, Record, OTHER_ROUTE};
+pub use record::{observe, Outcome, Record, OTHER_ROUTE};
 pub use request::X_ENVOY_AUTH_PARTIAL_BODY;
 
 /// What deciding needs: the guard (models, limits, counting) and the two
