@@ -9,7 +9,8 @@
 //! request-level step, then the body-level `Guard`: `inspect` (HTTP request
 //! → prompt units, or a refusal) → `count` (units → token counts; no HTTP
 //! in there) → `policy` (counts + limit → verdict), and one `Record` per
-//! request for metrics and the decision log) → `proxy` (forward the checked
+//! request, returned with each step's verdict, for metrics and the decision
+//! log) → `proxy` (forward the checked
 //! body) or `errors` (refusal → status, body, metric label). `app` is the
 //! running state each request takes (`App`, swapped whole on reload);
 //! `route` is the route table all of them read; `load`, `hub` and `reload`

@@ -430,6 +430,49 @@ async fn upstream_down_is_502() {
     );
 }
 
+/// The guard admits a pass-through request whose target, under the
+/// upstream's base path, is too long to send: the proxy refuses it, and it
+/// counts as a refusal (not an upstream error) under its route.
+#[tokio::test]
+async fn an_admitted_target_too_long_for_upstream_is_refused() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let g = start(Options {
+        upstream: Some(format!("http://{addr}/base")),
+        ..Options::default()
+    })
+    .await;
+    // The longest target a URI may have (too long for a client library's
+    // absolute URL, so written by hand); `/base` in front makes it too long.
+    let query = "a".repeat(65_534 - "/health?".len());
+    let mut stream = TcpStream::connect(g.proxy).await.unwrap();
+    let request = format!("GET /health?{query} HTTP/1.1\r\nHost: guard\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let head = read_until(&mut stream, b"\r\n\r\n").await;
+    let status_line = head.split(|&b| b == b'\r').next().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(status_line),
+        "HTTP/1.1 400 Bad Request"
+    );
+    let m = g.metrics().await;
+    assert_eq!(
+        sample(
+            &m,
+            "prefill_guard_requests_total{mode=\"proxy\",route=\"/health\",model=\"\",decision=\"refused\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "prefill_guard_rejections_total{mode=\"proxy\",route=\"/health\",model=\"\",reason=\"bad_path\"}"
+        ),
+        1.0
+    );
+    assert!(!m.contains("prefill_guard_upstream_errors_total{"), "{m}");
+}
+
 #[tokio::test]
 async fn upstream_slower_than_the_response_timeout_is_504() {
     let g = start(Options {

@@ -15,9 +15,20 @@
 //!    counting pool of `pool.rs`, apply the limit).
 //!
 //! [`Gate::decide`] runs both for adapters that receive the whole request.
-//! Each request fills one [`Record`]; [`observe`] (`record.rs`) turns it into
-//! the metrics (labelled with the adapter's [`Mode`]) and the decision-log
-//! line, the same for every mode.
+//!
+//! What a request did travels one way, with the verdict: each step returns
+//! an [`Outcome`], the request's one [`Record`] with the step's result or
+//! its [`Reason`](crate::errors::Reason). `classify` starts the Record;
+//! `check_body` takes it by value and returns it with what counting found,
+//! and `allowed` once it admits. Only the core admits (`check_body`, or
+//! [`Gate::admit_unread`] for a pass-through route ext_proc lets by at the
+//! headers); the adapter refuses with [`Outcome::refused`] on the Record it
+//! last got back, or a fresh one ([`Record::new`]) before the core has seen
+//! the request. The adapter adds its own facts to the Record it
+//! got back (the proxy: the upstream's status and time) and, once it has
+//! answered, hands it to [`observe`] (`record.rs`), the one place a Record
+//! becomes the metrics (labelled with the adapter's [`Mode`]) and the
+//! decision-log line, the same for every mode.
 //!
 //! The core takes a [`Gate`], what deciding needs, and knows nothing of the
 //! listeners or of the rest of the running state (`app::App`).
@@ -37,7 +48,7 @@ use crate::route::Route;
 
 pub use denial::{external_status, Denial, DENIAL_CONTENT_TYPE};
 pub use guard::{count_units, Decision, Guard, INLINE_MAX_BYTES};
-pub use record::{observe, Record, OTHER_ROUTE};
+pub use record::{observe, Outcome, Record, OTHER_ROUTE};
 pub use request::X_ENVOY_AUTH_PARTIAL_BODY;
 
 /// What deciding needs: the guard (models, limits, counting) and the two

@@ -1,11 +1,11 @@
-//! What one request did ([`Record`]) and the one place it becomes metrics
+//! What one request did ([`Record`]), how it travels with the verdict out of
+//! each step of the core ([`Outcome`]), and the one place it becomes metrics
 //! and a decision-log line ([`observe`]), the same for every adapter.
 
 use std::time::Duration;
 
 use http::StatusCode;
 
-use super::guard::Decision;
 use super::Mode;
 use crate::count::CountMethod;
 use crate::errors::Reason;
@@ -13,15 +13,21 @@ use crate::logging::{self, DecisionLine};
 use crate::metrics::{self, Metrics};
 use crate::route::Route;
 
-/// What one request did, for its metrics and its decision-log line. An
-/// adapter makes one per request ([`Record::new`]), lets [`classify`] and
-/// [`check_body`] fill it, and hands it to [`observe`] once it has answered.
+/// What one request did, for its metrics and its decision-log line.
+///
+/// The core makes it ([`Gate::classify`](super::Gate::classify)) and hands it
+/// back with every verdict ([`Outcome`]); a later step takes it by value and
+/// returns it with what that step learned. Only the core sets what the guard
+/// found and `allowed`; the adapter adds its own facts (the proxy's
+/// `upstream`) to the Record it got back, and hands it to [`observe`] once it
+/// has answered. A refusal before the core saw the request (framing, an
+/// unparsable check request) is recorded on a fresh [`Record::new`].
 #[derive(Debug, Clone)]
 pub struct Record {
     pub mode: Mode,
     /// The inspected route, once known: labels and the refusal's body shape.
     pub route: Option<Route>,
-    /// A pass-through route's canonical path (one of a fixed few).
+    /// An admitted pass-through route's canonical path (one of a fixed few).
     pub pass_through: Option<String>,
     pub model: Option<String>,
     pub tokens: Option<usize>,
@@ -33,6 +39,51 @@ pub struct Record {
     pub allowed: bool,
     /// The proxy's upstream answer: its status and time to headers.
     pub upstream: Option<(StatusCode, Duration)>,
+}
+
+/// What a step of the core learned about a request, with its verdict: the
+/// [`Record`] so far, and the step's result or why the request is refused.
+#[derive(Debug)]
+#[must_use]
+pub struct Outcome<T> {
+    pub record: Record,
+    pub verdict: Result<T, Reason>,
+}
+
+impl<T> Outcome<T> {
+    /// The request is refused for `reason`: by the core, or by the adapter
+    /// with the Record the core last returned. Never `allowed`, even if the
+    /// core had admitted it: the proxy refuses an admitted request it cannot
+    /// address upstream.
+    pub fn refused(record: Record, reason: Reason) -> Self {
+        Self {
+            record: Record {
+                allowed: false,
+                ..record
+            },
+            verdict: Err(reason),
+        }
+    }
+
+    /// The same outcome with the admitted value mapped (`drop` when the
+    /// adapter only needs to know it was admitted).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        Outcome {
+            record: self.record,
+            verdict: self.verdict.map(f),
+        }
+    }
+
+    /// The guard lets the request through (the core's steps only).
+    pub(super) fn admitted(record: Record, admit: T) -> Self {
+        Self {
+            record: Record {
+                allowed: true,
+                ..record
+            },
+            verdict: Ok(admit),
+        }
+    }
 }
 
 /// The `route` label of requests whose target is not a known route.
@@ -60,16 +111,6 @@ impl Record {
             (Some(r), _) => r.path(),
             (None, Some(p)) => p,
             (None, None) => OTHER_ROUTE,
-        }
-    }
-
-    pub(super) fn absorb(&mut self, d: &Decision) {
-        self.model.clone_from(&d.model);
-        self.tokens = d.tokens;
-        self.limit = d.limit;
-        self.count_method = d.method;
-        if d.tokens.is_some() || !d.count_time.is_zero() {
-            self.count_time = Some(d.count_time);
         }
     }
 }

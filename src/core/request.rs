@@ -1,21 +1,41 @@
 //! Phase 1 and 2 of the request-level step: the head ([`Gate::classify`])
 //! and the whole body ([`Gate::check_body`]), and both at once
-//! ([`Gate::decide`]) for adapters that receive the whole request.
+//! ([`Gate::decide`]) for adapters that receive the whole request. Each
+//! returns the request's [`Record`] with its verdict ([`Outcome`]); the body
+//! step takes the head step's Record by value and returns it filled in.
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
 
-use super::{Admit, Gate, Head, Record};
+use super::{Admit, Decision, Gate, Head, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::{path, routes, Route, RouteClass};
 
 impl Gate {
     /// Phase 1, on the head alone: which route, and whether its headers rule the
     /// request out before a byte of body is read. Default deny: a path or method
-    /// the route table does not model is refused.
-    pub fn classify(&self, head: &Head<'_>, rec: &mut Record) -> Result<RouteClass, Reason> {
-        let canonical = path::canonical_path(head.target)?;
-        rec.route = Route::from_path(&canonical);
+    /// the route table does not model is refused. Starts the request's
+    /// [`Record`] for an adapter in `mode`.
+    pub fn classify(&self, head: &Head<'_>, mode: Mode) -> Outcome<RouteClass> {
+        let canonical = match path::canonical_path(head.target) {
+            Ok(canonical) => canonical,
+            Err(reason) => return Outcome::refused(Record::new(mode), reason),
+        };
+        let record = Record {
+            route: Route::from_path(&canonical),
+            ..Record::new(mode)
+        };
+        let verdict = self.route_class(head, mode, canonical);
+        Outcome { record, verdict }
+    }
+
+    /// The route class of a canonical path, and the header checks for it.
+    fn route_class(
+        &self,
+        head: &Head<'_>,
+        mode: Mode,
+        canonical: String,
+    ) -> Result<RouteClass, Reason> {
         // The operator's allowlist opens a path deliberately (never a prompt
         // route: checked at startup), whatever the method.
         let class = if self.allow_routes.allows(&canonical) {
@@ -23,7 +43,7 @@ impl Gate {
         } else {
             routes::classify(head.method, &canonical)?
         };
-        if rec.mode.is_external() {
+        if mode.is_external() {
             refuse_partial(head.headers)?;
         }
         if let RouteClass::Inspect(_) = class {
@@ -34,48 +54,78 @@ impl Gate {
 
     /// Phase 2: the whole body, as read by the adapter (at most
     /// `self.max_body_bytes`; checked again here so no adapter can forget).
+    /// Takes phase 1's `record` and returns it with what counting found;
+    /// `allowed` once admitted.
     pub async fn check_body(
         &self,
+        record: Record,
         class: RouteClass,
         headers: &HeaderMap,
         body: Bytes,
-        rec: &mut Record,
-    ) -> Result<Admit, Reason> {
+    ) -> Outcome<Admit> {
         if body.len() > self.max_body_bytes {
-            return Err(Reason::BodyTooLarge {
-                limit: self.max_body_bytes,
-            });
+            let limit = self.max_body_bytes;
+            return Outcome::refused(record, Reason::BodyTooLarge { limit });
         }
         match class {
             RouteClass::Inspect(route) => {
                 let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes());
                 let partition = self.guard.partition(headers);
-                let decision = self.guard.check(route, content_type, partition, body).await;
-                rec.absorb(&decision);
-                Ok(Admit::Inspected {
-                    route,
-                    body: decision.verdict?,
-                })
+                let Decision {
+                    model,
+                    tokens,
+                    limit,
+                    method,
+                    count_time,
+                    verdict,
+                    ..
+                } = self.guard.check(route, content_type, partition, body).await;
+                let record = Record {
+                    model,
+                    tokens,
+                    limit,
+                    count_method: method,
+                    // No time when counting never started (refused before).
+                    count_time: (tokens.is_some() || !count_time.is_zero()).then_some(count_time),
+                    ..record
+                };
+                match verdict {
+                    Ok(body) => Outcome::admitted(record, Admit::Inspected { route, body }),
+                    Err(reason) => Outcome::refused(record, reason),
+                }
             }
             RouteClass::PassThrough(path) => {
-                rec.pass_through = Some(path.clone());
-                Ok(Admit::PassThrough { path, body })
+                let record = passed(record, path.clone());
+                Outcome::admitted(record, Admit::PassThrough { path, body })
             }
         }
     }
 
-    /// Both phases, for an adapter that has the whole request. Sets
-    /// `rec.allowed` on admission.
-    pub async fn decide(
-        &self,
-        head: &Head<'_>,
-        body: Bytes,
-        rec: &mut Record,
-    ) -> Result<Admit, Reason> {
-        let class = self.classify(head, rec)?;
-        let admit = self.check_body(class, head.headers, body, rec).await?;
-        rec.allowed = true;
-        Ok(admit)
+    /// Both phases, for an adapter that has the whole request.
+    pub async fn decide(&self, head: &Head<'_>, mode: Mode, body: Bytes) -> Outcome<Admit> {
+        let Outcome { record, verdict } = self.classify(head, mode);
+        match verdict {
+            Ok(class) => self.check_body(record, class, head.headers, body).await,
+            Err(reason) => Outcome::refused(record, reason),
+        }
+    }
+
+    /// Admits a pass-through route (phase 1's verdict) on its head alone, for
+    /// an adapter that lets its body go by unread (ext_proc): nothing in a
+    /// pass-through body is counted. Returns phase 1's `record`, `allowed`.
+    pub fn admit_unread(&self, record: Record, path: String) -> Record {
+        Record {
+            allowed: true,
+            ..passed(record, path)
+        }
+    }
+}
+
+/// The Record of a request to pass-through route `path`.
+fn passed(record: Record, path: String) -> Record {
+    Record {
+        pass_through: Some(path),
+        ..record
     }
 }
 

@@ -43,7 +43,7 @@ use hyper::body::Incoming;
 use crate::app::App;
 use crate::config::AuthzStyle;
 use crate::conn::framing;
-use crate::core::{self, Denial, Head, Mode, Record};
+use crate::core::{self, Denial, Head, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::RouteClass;
 use crate::proxy::headers::X_REQUEST_ID;
@@ -64,19 +64,18 @@ pub async fn handle(
 ) -> Response<Full<Bytes>> {
     let _in_flight = app.metrics.in_flight();
     let started = Instant::now();
-    let mut rec = Record::new(Mode::ExtAuthzHttp);
     let mut body_pending = !req.body().is_end_stream();
     // Until the original method is known, the log names the check's own.
     let mut method = req.method().to_string();
-    let outcome = check(app, req, &mut rec, &mut body_pending, &mut method).await;
-    let response = match &outcome {
-        Ok(()) => allow(&rec),
-        Err(reason) => deny(reason, &rec, body_pending, &request_id),
+    let Outcome { record, verdict } = check(app, req, &mut body_pending, &mut method).await;
+    let response = match &verdict {
+        Ok(_) => allow(&record),
+        Err(reason) => deny(reason, &record, body_pending, &request_id),
     };
     core::observe(
         &app.metrics,
-        &rec,
-        outcome.as_ref().err(),
+        &record,
+        verdict.as_ref().err(),
         request_id.to_str().unwrap_or_default(),
         &method,
         response.status(),
@@ -88,39 +87,51 @@ pub async fn handle(
 async fn check(
     app: &App,
     req: Request<Incoming>,
-    rec: &mut Record,
     body_pending: &mut bool,
     method_label: &mut String,
-) -> Result<(), Reason> {
+) -> Outcome<()> {
     // The check request's own framing is judged as the proxy judges a
     // client's: ambiguous framing is refused and the connection closed.
-    framing::check_verdict(&req)?;
-    framing::check_headers(req.version(), req.headers())?;
-    let (method, target) = original(app, &req)?;
+    let reported = framing::check_verdict(&req)
+        .and_then(|()| framing::check_headers(req.version(), req.headers()))
+        .and_then(|()| original(app, &req));
+    let (method, target) = match reported {
+        Ok(reported) => reported,
+        Err(reason) => return Outcome::refused(Record::new(Mode::ExtAuthzHttp), reason),
+    };
     *method_label = method.to_string();
     let head = Head {
         method: &method,
         target: &target,
         headers: req.headers(),
     };
-    let class = app.gate.classify(&head, rec)?;
+    let Outcome { record, verdict } = app.gate.classify(&head, Mode::ExtAuthzHttp);
+    let class = match verdict {
+        Ok(class) => class,
+        Err(reason) => return Outcome::refused(record, reason),
+    };
     let (parts, body) = req.into_parts();
-    let (body, _reservation) = crate::conn::budget::read_within(
+    let read = crate::conn::budget::read_within(
         body,
         app.gate.max_body_bytes,
         &app.body_budget,
         crate::conn::budget::BodyTimeouts::of(&app.client),
     )
-    .await?;
+    .await;
+    let (body, _reservation) = match read {
+        Ok(read) => read,
+        Err(reason) => return Outcome::refused(record, reason),
+    };
     *body_pending = false;
     if app.authz.style == AuthzStyle::Traefik {
-        refuse_probe_with_body(&method, &class, &body)?;
+        if let Err(reason) = refuse_probe_with_body(&method, &class, &body) {
+            return Outcome::refused(record, reason);
+        }
     }
     app.gate
-        .check_body(class, &parts.headers, body, rec)
-        .await?;
-    rec.allowed = true;
-    Ok(())
+        .check_body(record, class, &parts.headers, body)
+        .await
+        .map(drop)
 }
 
 /// The client's method and request target, as the calling proxy reports them.

@@ -2,7 +2,7 @@
 //! proxy adapter over the shared decision core (`crate::core`).
 
 use std::borrow::Cow;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 
 use super::body::ResponseBody;
 use crate::app::App;
-use crate::core::{self, Admit, Denial, Head, Mode, Record};
+use crate::core::{self, Admit, Denial, Head, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::Route;
 use crate::metrics::InFlight;
@@ -42,13 +42,12 @@ pub async fn handle(
     let in_flight = app.metrics.in_flight();
     let started = Instant::now();
     let method = req.method().clone();
-    let mut rec = Record::new(Mode::Proxy);
     let mut body_pending = !req.body().is_end_stream();
 
-    let outcome =
-        guard_and_forward(app, client, &request_id, req, &mut rec, &mut body_pending).await;
-    let (response, reason) = match outcome {
-        Ok(upstream) if app.rewrite_models_max_len && is_model_listing(&rec, &method) => {
+    let Outcome { record, verdict } =
+        guard_and_forward(app, client, &request_id, req, &mut body_pending).await;
+    let (response, reason) = match verdict {
+        Ok(upstream) if app.rewrite_models_max_len && is_model_listing(&record, &method) => {
             let upstream = super::models::clamp_listing(app, upstream).await;
             (
                 from_upstream(
@@ -70,13 +69,13 @@ pub async fn handle(
             None,
         ),
         Err(reason) => (
-            refusal(&reason, rec.route, body_pending, &request_id, in_flight),
+            refusal(&reason, record.route, body_pending, &request_id, in_flight),
             Some(reason),
         ),
     };
     core::observe(
         &app.metrics,
-        &rec,
+        &record,
         reason.as_ref(),
         request_id.to_str().unwrap_or_default(),
         method.as_str(),
@@ -87,49 +86,95 @@ pub async fn handle(
 }
 
 /// A `GET /v1/models` the guard passed (its answer may be rewritten).
-fn is_model_listing(rec: &Record, method: &http::Method) -> bool {
-    method == http::Method::GET && rec.pass_through.as_deref() == Some("/v1/models")
+fn is_model_listing(record: &Record, method: &http::Method) -> bool {
+    method == http::Method::GET && record.pass_through.as_deref() == Some("/v1/models")
 }
 
-/// `body_pending`: part of the request body is still unread on the
-/// connection (cleared once it has been read).
+/// The upstream's answer, or why there is none, with the request's Record:
+/// the core's, with the upstream's status and time added once it answered.
+/// An error after the guard admitted the request is the upstream's
+/// (`record.allowed`). `body_pending`: part of the request body is still
+/// unread on the connection (cleared once it has been read).
 async fn guard_and_forward(
     app: &App,
     client: Client,
     request_id: &HeaderValue,
     req: Request<Incoming>,
-    rec: &mut Record,
     body_pending: &mut bool,
-) -> Result<Response<Incoming>, Reason> {
+) -> Outcome<Response<Incoming>> {
     // Framing first: a request whose framing is ambiguous is refused whatever
     // its route, and its connection closed (`crate::conn::framing`).
-    crate::conn::framing::check_verdict(&req)?;
-    crate::conn::framing::check_headers(req.version(), req.headers())?;
+    let framing = crate::conn::framing::check_verdict(&req)
+        .and_then(|()| crate::conn::framing::check_headers(req.version(), req.headers()));
+    if let Err(reason) = framing {
+        return Outcome::refused(Record::new(Mode::Proxy), reason);
+    }
     let target = request_target(&req);
     let head = Head {
         method: req.method(),
         target: &target,
         headers: req.headers(),
     };
-    let class = app.gate.classify(&head, rec)?;
+    let Outcome { record, verdict } = app.gate.classify(&head, Mode::Proxy);
+    let class = match verdict {
+        Ok(class) => class,
+        Err(reason) => return Outcome::refused(record, reason),
+    };
     let query = req.uri().query().map(str::to_string);
     drop(target);
     let (mut parts, body) = req.into_parts();
     // Held until the upstream has answered, so the budget counts this body
     // while the guard and the forwarding hold it.
-    let (body, _reservation) = crate::conn::budget::read_within(
+    let read = crate::conn::budget::read_within(
         body,
         app.gate.max_body_bytes,
         &app.body_budget,
         crate::conn::budget::BodyTimeouts::of(&app.client),
     )
-    .await?;
+    .await;
+    let (body, _reservation) = match read {
+        Ok(read) => read,
+        Err(reason) => return Outcome::refused(record, reason),
+    };
     *body_pending = false;
-    let checked = match app
+    let Outcome { record, verdict } = app
         .gate
-        .check_body(class, &parts.headers, body, rec)
-        .await?
-    {
+        .check_body(record, class, &parts.headers, body)
+        .await;
+    let checked = match verdict.and_then(|admit| checked(app, admit, query.as_deref())) {
+        Ok(checked) => checked,
+        // Refused by the guard, or admitted to a target that cannot be
+        // written upstream: refused either way.
+        Err(reason) => return Outcome::refused(record, reason),
+    };
+    let host = app.upstream.host_header();
+    headers::to_upstream(
+        &mut parts.headers,
+        client,
+        host,
+        request_id,
+        checked.body_len,
+    );
+    match forward(app, parts, checked.target, checked.body).await {
+        Ok((response, took)) => Outcome {
+            record: Record {
+                upstream: Some((response.status(), took)),
+                ..record
+            },
+            verdict: Ok(response),
+        },
+        // The upstream's failure: the request stays allowed (`observe`
+        // counts an upstream error, not a refusal).
+        Err(reason) => Outcome {
+            record,
+            verdict: Err(reason),
+        },
+    }
+}
+
+/// Where the guard's admission goes upstream, with the body to send.
+fn checked(app: &App, admit: Admit, query: Option<&str>) -> Result<Checked, Reason> {
+    Ok(match admit {
         // Only the canonical body the guard parsed is forwarded. The query
         // string is dropped: SGLang's inspected routes read none, and the
         // guard forwards only what it has checked.
@@ -140,21 +185,11 @@ async fn guard_and_forward(
         },
         // Health and model listing carry no prompt: forwarded with their query.
         Admit::PassThrough { path, body } => Checked {
-            target: app.upstream.uri(&path, query.as_deref())?,
+            target: app.upstream.uri(&path, query)?,
             body,
             body_len: None,
         },
-    };
-    rec.allowed = true;
-    let host = app.upstream.host_header();
-    headers::to_upstream(
-        &mut parts.headers,
-        client,
-        host,
-        request_id,
-        checked.body_len,
-    );
-    forward(app, parts, checked.target, checked.body, rec).await
+    })
 }
 
 /// What the guard lets through: where to, and the body to send.
@@ -175,21 +210,21 @@ fn request_target<B>(req: &Request<B>) -> Cow<'_, Uri> {
     }
 }
 
+/// Sends the checked request upstream; returns its answer with the time to
+/// its headers.
 async fn forward(
     app: &App,
     parts: request::Parts,
     target: Uri,
     body: Bytes,
-    rec: &mut Record,
-) -> Result<Response<Incoming>, Reason> {
+) -> Result<(Response<Incoming>, Duration), Reason> {
     let mut req = Request::new(Full::new(body));
     *req.method_mut() = parts.method;
     *req.uri_mut() = target;
     *req.headers_mut() = parts.headers;
     let sent = Instant::now();
     let response = app.upstream.send(req).await?;
-    rec.upstream = Some((response.status(), sent.elapsed()));
-    Ok(response)
+    Ok((response, sent.elapsed()))
 }
 
 fn from_upstream<B>(

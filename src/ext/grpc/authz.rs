@@ -24,12 +24,15 @@ use tonic::{Request, Response, Status};
 
 use super::headers;
 use crate::app::{App, Apps};
-use crate::core::{self, Denial, Mode, Record, DENIAL_CONTENT_TYPE};
+use crate::conn::budget::Reservation;
+use crate::core::{self, Denial, Mode, Outcome, Record, DENIAL_CONTENT_TYPE};
 use crate::errors::Reason;
 
 /// Added to the upstream request on allow: the prompt's token count (the
 /// largest unit of a batch), for the upstream's logs and routing.
 pub const TOKENS_HEADER: &str = "x-prefill-guard-tokens";
+
+const MODE: Mode = Mode::ExtAuthzGrpc;
 
 pub struct Authz {
     apps: Arc<Apps>,
@@ -54,29 +57,30 @@ impl Authorization for Authz {
             .attributes
             .and_then(|a| a.request)
             .and_then(|r| r.http);
-        let mut rec = Record::new(Mode::ExtAuthzGrpc);
         let (method, request_id, outcome) = match http {
-            Some(http) => judge(&app, http, &mut rec).await,
+            Some(http) => judge(&app, http).await,
             None => (
                 String::new(),
                 String::new(),
-                Err(Reason::Internal(
-                    "the CheckRequest carries no HTTP request attributes".into(),
-                )),
+                Outcome::refused(
+                    Record::new(MODE),
+                    Reason::Internal("the CheckRequest carries no HTTP request attributes".into()),
+                ),
             ),
         };
-        let (answer, status) = match &outcome {
-            Ok(()) => (allow(rec.tokens), StatusCode::OK),
+        let Outcome { record, verdict } = outcome;
+        let (answer, status) = match &verdict {
+            Ok(_) => (allow(record.tokens), StatusCode::OK),
             Err(reason) => {
-                let denial = Denial::new(reason, rec.route, Mode::ExtAuthzGrpc);
+                let denial = Denial::new(reason, record.route, MODE);
                 let status = denial.status;
                 (deny(reason, &denial), status)
             }
         };
         core::observe(
             &app.metrics,
-            &rec,
-            outcome.as_ref().err(),
+            &record,
+            verdict.as_ref().err(),
             &request_id,
             &method,
             status,
@@ -87,12 +91,8 @@ impl Authorization for Authz {
 }
 
 /// The request as Envoy describes it → `Gate::decide`. Returns the method
-/// and request id for the decision log with the verdict.
-async fn judge(
-    app: &App,
-    http: HttpRequest,
-    rec: &mut Record,
-) -> (String, String, Result<(), Reason>) {
+/// and request id for the decision log with the outcome.
+async fn judge(app: &App, http: HttpRequest) -> (String, String, Outcome<()>) {
     // `header_map` with `encode_raw_headers` (repeated headers kept apart),
     // the joined `headers` map otherwise.
     let headers = match http.header_map.as_ref().filter(|m| !m.headers.is_empty()) {
@@ -107,37 +107,72 @@ async fn judge(
         Err(_) => String::new(),
     };
     let method = http.method.clone();
-    let outcome = async {
-        let headers = headers?;
-        let method =
-            Method::from_bytes(http.method.as_bytes()).map_err(|_| Reason::MethodNotAllowed {
-                method: http.method.escape_debug().to_string(),
-                path: http.path.clone(),
-            })?;
-        let target: Uri = http
-            .path
-            .parse()
-            .map_err(|_| Reason::BadPath("the request target is not a valid URI".into()))?;
-        // `pack_as_bytes` fills `raw_body`; otherwise the UTF-8 `body`.
-        let body = if http.raw_body.is_empty() {
-            Bytes::from(http.body)
-        } else {
-            Bytes::from(http.raw_body)
-        };
-        check_complete(&headers, body.len())?;
-        // Already in memory, but held against the budget for bodies in
-        // flight while it is judged, so a flood is shed like the proxy's.
-        let mut held = app.body_budget.reservation();
-        held.grow(body.len())?;
-        let head = core::Head {
-            method: &method,
-            target: &target,
-            headers: &headers,
-        };
-        app.gate.decide(&head, body, rec).await.map(|_| ())
-    }
-    .await;
+    let outcome = match unpack(app, http, headers) {
+        Ok(Unpacked {
+            method,
+            target,
+            headers,
+            body,
+            held,
+        }) => {
+            let head = core::Head {
+                method: &method,
+                target: &target,
+                headers: &headers,
+            };
+            // The body is let go before its bytes are given back.
+            let outcome = app.gate.decide(&head, MODE, body).await.map(drop);
+            drop(held);
+            outcome
+        }
+        Err(reason) => Outcome::refused(Record::new(MODE), reason),
+    };
     (method, request_id, outcome)
+}
+
+/// A request as the core takes it.
+struct Unpacked {
+    method: Method,
+    target: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The body, already in memory, held against the budget for bodies in
+    /// flight while it is judged, so a flood is shed like the proxy's.
+    held: Reservation,
+}
+
+/// The request Envoy described, checked for what the core cannot judge.
+fn unpack(
+    app: &App,
+    http: HttpRequest,
+    headers: Result<HeaderMap, Reason>,
+) -> Result<Unpacked, Reason> {
+    let headers = headers?;
+    let method =
+        Method::from_bytes(http.method.as_bytes()).map_err(|_| Reason::MethodNotAllowed {
+            method: http.method.escape_debug().to_string(),
+            path: http.path.clone(),
+        })?;
+    let target: Uri = http
+        .path
+        .parse()
+        .map_err(|_| Reason::BadPath("the request target is not a valid URI".into()))?;
+    // `pack_as_bytes` fills `raw_body`; otherwise the UTF-8 `body`.
+    let body = if http.raw_body.is_empty() {
+        Bytes::from(http.body)
+    } else {
+        Bytes::from(http.raw_body)
+    };
+    check_complete(&headers, body.len())?;
+    let mut held = app.body_budget.reservation();
+    held.grow(body.len())?;
+    Ok(Unpacked {
+        method,
+        target,
+        headers,
+        body,
+        held,
+    })
 }
 
 /// The body Envoy sent must be the request's whole body. Without

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::session::{Class, Head, Session, Step};
 use crate::app::{App, Apps};
-use crate::core::{self, Denial, Mode, Record};
+use crate::core::{self, Denial, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::RouteClass;
 
@@ -62,7 +62,9 @@ type Tx = mpsc::Sender<Result<ProcessingResponse, Status>>;
 /// The request being decided on this stream: what `core` needs between the
 /// head and the body, and what `observe` reports.
 struct Exchange {
-    rec: Record,
+    /// The Record `core` last returned (a fresh one until the head is
+    /// classified).
+    record: Record,
     method: String,
     request_id: String,
     started: Instant,
@@ -73,7 +75,7 @@ struct Exchange {
 impl Exchange {
     fn new() -> Self {
         Self {
-            rec: Record::new(Mode::ExtProc),
+            record: Record::new(Mode::ExtProc),
             method: String::new(),
             request_id: String::new(),
             started: Instant::now(),
@@ -124,13 +126,13 @@ async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
                 Step::Classify(head) => classify(&app, &mut session, &mut x, head),
                 Step::Judge(body) => {
                     let class = x.class.take().expect("a judged body was classified");
-                    match app
-                        .gate
-                        .check_body(class, &x.headers, body, &mut x.rec)
-                        .await
-                    {
+                    // The Record goes to the core and comes back with the verdict.
+                    let record = std::mem::replace(&mut x.record, Record::new(Mode::ExtProc));
+                    let Outcome { record, verdict } =
+                        app.gate.check_body(record, class, &x.headers, body).await;
+                    x.record = record;
+                    match verdict {
                         Ok(_) => {
-                            x.rec.allowed = true;
                             observe(&app, &x, None, StatusCode::OK);
                             Step::Send(session.allow())
                         }
@@ -138,7 +140,7 @@ async fn run(app: Arc<App>, mut inbound: Streaming<ProcessingRequest>, tx: Tx) {
                     }
                 }
                 Step::Refuse(reason) => {
-                    let denial = Denial::new(&reason, x.rec.route, Mode::ExtProc);
+                    let denial = Denial::new(&reason, x.record.route, Mode::ExtProc);
                     // A stream that goes wrong after its request was let
                     // through is refused too, but counted once.
                     if !session.decided() {
@@ -194,27 +196,31 @@ fn classify(app: &App, session: &mut Session, x: &mut Exchange, head: Head) -> S
         target: &target,
         headers: &head.headers,
     };
-    match app.gate.classify(&gate_head, &mut x.rec) {
+    let Outcome { record, verdict } = app.gate.classify(&gate_head, Mode::ExtProc);
+    match verdict {
         Ok(RouteClass::PassThrough(path)) => {
             // Nothing to count: decided at the headers.
-            x.rec.pass_through = Some(path);
-            x.rec.allowed = true;
+            x.record = app.gate.admit_unread(record, path);
             observe(app, x, None, StatusCode::OK);
             session.classified(Class::PassThrough)
         }
         Ok(class @ RouteClass::Inspect(_)) => {
+            x.record = record;
             x.class = Some(class);
             x.headers = head.headers;
             session.classified(Class::Inspect)
         }
-        Err(reason) => Step::Refuse(reason),
+        Err(reason) => {
+            x.record = record;
+            Step::Refuse(reason)
+        }
     }
 }
 
 fn observe(app: &App, x: &Exchange, reason: Option<&Reason>, status: StatusCode) {
     core::observe(
         &app.metrics,
-        &x.rec,
+        &x.record,
         reason,
         &x.request_id,
         &x.method,
