@@ -16,6 +16,9 @@ pub mod responses;
 pub mod serving;
 pub mod template;
 pub mod tokenizer;
+pub(crate) mod unicode;
+#[rustfmt::skip]
+mod unicode_tables;
 pub mod wire;
 
 use std::path::Path;
