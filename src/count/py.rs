@@ -1,13 +1,18 @@
 //! The Python behaviours SGLang's request handling relies on, over JSON
-//! values: `json.loads`, `json.dumps`, `repr(float)`, truthiness,
-//! `str.strip`, equality and pydantic's lax scalars. Every encoder and conversion that mirrors Python
-//! code calls these instead of writing its own, so a difference from CPython
-//! is fixed once. Dependency-free on purpose (std and serde_json only).
+//! values: `json.loads`, `json.dumps`, `repr()` and `str()`, `repr(float)`,
+//! truthiness, `str.strip`, equality and pydantic's lax scalars. Every
+//! encoder and conversion that mirrors Python code calls these instead of
+//! writing its own, so a difference from CPython is fixed once.
+//! Dependency-free on purpose (std, serde_json and the CPython Unicode
+//! tables in `count::unicode`).
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+use super::unicode;
 
 /// `json.loads(s)` (and `orjson.loads`) into a `Value`, as serde_json reads
 /// RFC 8259 but without its one extension: `Value`'s own deserializer takes
@@ -153,6 +158,159 @@ pub fn push_float_repr(out: &mut String, f: f64) {
         }
         let e = decpt - 1;
         let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+}
+
+/// How [`push_str_repr`] treats a code point whose `repr` depends on the
+/// Python version.
+///
+/// SGLang 0.5.23 installs on CPython 3.11, 3.12 and 3.13 (wheels for those
+/// three only), on Unicode 14.0, 15.0 and 15.1. Their `str.isprintable`, which
+/// decides whether `repr` prints a character or escapes it, differs exactly
+/// at code points unassigned (Cn) in Unicode 14.0 that a later version
+/// assigned: checked on every code point against the three interpreters, no
+/// code point assigned in 14.0 changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repr {
+    /// Stop at a code point unassigned in Unicode 14.0 and return it
+    /// ([`VersionDependent`]): for text that goes into a prompt, where the
+    /// guard must not guess which Python the server runs.
+    Strict,
+    /// Escape it, as CPython 3.11 does: for error messages, and for the Jinja
+    /// renderer, which follows CPython 3.11 throughout (`count::unicode`).
+    Py311,
+}
+
+/// A code point whose `repr` differs between the Pythons SGLang runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionDependent(pub char);
+
+impl fmt::Display for VersionDependent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "repr() of U+{:04X}, unassigned in Python 3.11's Unicode 14.0 and assigned later",
+            u32::from(self.0)
+        )
+    }
+}
+
+/// `repr(str)` (CPython's `unicode_repr`): single quotes unless the text has
+/// `'` and no `"`; `\\`, the quote, `\t`, `\n` and `\r` escaped; other
+/// characters that are not `str.isprintable()` (ASCII controls, and by
+/// CPython's Unicode tables categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs but
+/// the space) as `\xhh`, `\uhhhh` or `\Uhhhhhhhh`. In [`Repr::Strict`] mode
+/// it stops at the first code point unassigned in Unicode 14.0, having
+/// written part of the text.
+pub fn push_str_repr(out: &mut String, s: &str, mode: Repr) -> Result<(), VersionDependent> {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.reserve(s.len() + 2);
+    out.push(quote);
+    let mut last = 0;
+    for (i, c) in s.char_indices() {
+        let plain = match c {
+            '\\' => false,
+            c if c == quote => false,
+            c if c.is_ascii() => (' '..='~').contains(&c),
+            c if unicode::is_unassigned_14(c) => {
+                if mode == Repr::Strict {
+                    return Err(VersionDependent(c));
+                }
+                false
+            }
+            c => unicode::is_printable(c),
+        };
+        if plain {
+            continue;
+        }
+        out.push_str(&s[last..i]);
+        last = i + c.len_utf8();
+        let code = u32::from(c);
+        let _ = match c {
+            '\\' | '\'' | '"' => {
+                out.push('\\');
+                out.push(c);
+                Ok(())
+            }
+            '\t' => out.write_str("\\t"),
+            '\n' => out.write_str("\\n"),
+            '\r' => out.write_str("\\r"),
+            _ if code <= 0xff => write!(out, "\\x{code:02x}"),
+            _ if code <= 0xffff => write!(out, "\\u{code:04x}"),
+            _ => write!(out, "\\U{code:08x}"),
+        };
+    }
+    out.push_str(&s[last..]);
+    out.push(quote);
+    Ok(())
+}
+
+/// `repr(v)` of a value parsed from JSON: `None`, `True`, ints as written,
+/// floats by `repr(float)`, strings by [`push_str_repr`], lists and dicts
+/// (in key order) with `", "` and `": "`.
+pub fn push_repr(out: &mut String, v: &Value, mode: Repr) -> Result<(), VersionDependent> {
+    match v {
+        Value::Null => out.push_str("None"),
+        Value::Bool(true) => out.push_str("True"),
+        Value::Bool(false) => out.push_str("False"),
+        Value::Number(n) => push_json_number(out, n),
+        Value::String(s) => push_str_repr(out, s, mode)?,
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_repr(out, item, mode)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_str_repr(out, k, mode)?;
+                out.push_str(": ");
+                push_repr(out, item, mode)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// `repr(v)` as CPython 3.11 prints it ([`Repr::Py311`]): for error messages.
+pub fn repr(v: &Value) -> String {
+    let mut out = String::new();
+    // Py311 mode refuses nothing.
+    let _ = push_repr(&mut out, v, Repr::Py311);
+    out
+}
+
+/// `str(v)`: a string is itself, anything else its [`push_repr`] (`str()`
+/// of None, a bool, a number, a list or a dict is its `repr()`).
+pub fn str(v: &Value, mode: Repr) -> Result<Cow<'_, str>, VersionDependent> {
+    match v {
+        Value::String(s) => Ok(Cow::Borrowed(s)),
+        _ => {
+            let mut out = String::new();
+            push_repr(&mut out, v, mode)?;
+            Ok(Cow::Owned(out))
+        }
+    }
+}
+
+/// `str(v)` as CPython 3.11 prints it ([`Repr::Py311`]): for error messages.
+pub fn message_str(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::String(s) => Cow::Borrowed(s),
+        _ => Cow::Owned(repr(v)),
     }
 }
 
@@ -453,6 +611,76 @@ mod tests {
             json_dumps(&json!({"a": [1, "😀"]}), &compact),
             r#"{"a":[1,"\ud83d\ude00"]}"#
         );
+    }
+
+    #[test]
+    fn str_repr_matches_python() {
+        let repr_of = |s: &str, mode| {
+            let mut out = String::new();
+            push_str_repr(&mut out, s, mode).map(|()| out)
+        };
+        for (s, want) in [
+            // python3.11 -c 'print(repr("a'"'"'b\"c\\\x00\xa0é😀"))'
+            ("a'b\"c\\\u{0}\u{a0}é😀", r#"'a\'b"c\\\x00\xa0é😀'"#),
+            // python3.11 -c 'print(repr("it'"'"'s"), repr("say \"x\""), repr("both '"'"' and \""))'
+            ("it's", r#""it's""#),
+            ("say \"x\"", r#"'say "x"'"#),
+            ("both ' and \"", r#"'both \' and "'"#),
+            // python3.11 -c 'print(repr("\t\n\r\x01\x1f\x7f\x85\xa0\xad\u0378\u200b\u2028\u3000\ue000\ufeff\U000e0001\U0010fffd\U0001fae8 \u4e2d\u00e9"))'
+            (
+                "\t\n\r\u{1}\u{1f}\u{7f}\u{85}\u{a0}\u{ad}\u{378}\u{200b}\u{2028}\u{3000}\u{e000}\u{feff}\u{e0001}\u{10fffd}\u{1fae8} 中é",
+                r"'\t\n\r\x01\x1f\x7f\x85\xa0\xad\u0378\u200b\u2028\u3000\ue000\ufeff\U000e0001\U0010fffd\U0001fae8 中é'",
+            ),
+            ("", "''"),
+        ] {
+            assert_eq!(repr_of(s, Repr::Py311).unwrap(), want, "{s:?}");
+        }
+        // Unassigned in Unicode 14.0, so escaped by 3.11; Python 3.12 prints U+1FAE8
+        // (/root/.pyenv/versions/3.12.1/bin/python -c 'print(repr("\U0001fae8"), repr("\u0378"))'
+        // prints '🫨' '\u0378'): refused in Strict mode, the first such code point named.
+        assert_eq!(
+            repr_of("a\u{1fae8}\u{378}", Repr::Strict),
+            Err(VersionDependent('\u{1fae8}'))
+        );
+        assert_eq!(
+            repr_of("\u{378}", Repr::Strict),
+            Err(VersionDependent('\u{378}'))
+        );
+        // Everything else is the same in both modes.
+        assert_eq!(
+            repr_of("\u{85}\u{a0}é😀\u{e000}\u{10fffd}", Repr::Strict).unwrap(),
+            r"'\x85\xa0é😀\ue000\U0010fffd'"
+        );
+    }
+
+    #[test]
+    fn repr_and_str_of_json_values_match_python() {
+        let v = json_loads(
+            r#"{"a": [1, 2.5, null, true, "é", 1e16, -0.0, 1e-05], "k'": {}, "": [], "b": false}"#,
+        )
+        .unwrap();
+        // python3.11 -c 'import json; print(repr(json.loads("{\"a\": [1, 2.5, null, true, \"é\", 1e16, -0.0, 1e-05], \"k'"'"'\": {}, \"\": [], \"b\": false}")))'
+        let want =
+            r#"{'a': [1, 2.5, None, True, 'é', 1e+16, -0.0, 1e-05], "k'": {}, '': [], 'b': False}"#;
+        assert_eq!(repr(&v), want);
+        assert_eq!(str(&v, Repr::Strict).unwrap(), want);
+        // str() of a str is itself; of a scalar, its repr.
+        assert_eq!(str(&json!("it's\n"), Repr::Strict).unwrap(), "it's\n");
+        assert!(matches!(
+            str(&json!("x"), Repr::Strict),
+            Ok(Cow::Borrowed("x"))
+        ));
+        assert_eq!(str(&json!(null), Repr::Strict).unwrap(), "None");
+        assert_eq!(str(&json!(1.0), Repr::Strict).unwrap(), "1.0");
+        assert_eq!(repr(&json!("x")), "'x'");
+        // A string with a version-dependent code point is itself under str(),
+        // but not inside a container.
+        assert_eq!(str(&json!("\u{378}"), Repr::Strict).unwrap(), "\u{378}");
+        assert_eq!(
+            str(&json!({"\u{378}": 1}), Repr::Strict),
+            Err(VersionDependent('\u{378}'))
+        );
+        assert_eq!(repr(&json!({"\u{378}": 1})), r"{'\u0378': 1}");
     }
 
     #[test]

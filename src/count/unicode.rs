@@ -39,12 +39,19 @@ pub fn is_space(c: char) -> bool {
     }
 }
 
+/// `str.isprintable` for one character, under CPython 3.11.
 pub fn is_printable(c: char) -> bool {
     if c.is_ascii() {
         (' '..='~').contains(&c)
     } else {
         !in_ranges(t::NON_PRINTABLE, c)
     }
+}
+
+/// Unassigned (general category Cn) in Unicode 14.0, CPython 3.11's
+/// version: not printable there, possibly printable under a later Python.
+pub fn is_unassigned_14(c: char) -> bool {
+    !c.is_ascii() && in_ranges(t::UNASSIGNED, c)
 }
 
 pub fn is_alpha(c: char) -> bool {
