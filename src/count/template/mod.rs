@@ -204,13 +204,6 @@ impl ChatTemplate {
     }
 }
 
-/// Python's `repr(str)`.
-pub fn py_str_repr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    pyrepr::push_str_repr(&mut out, s);
-    out
-}
-
 /// SGLang's `detect_jinja_template_content_format`.
 pub fn detect_content_format(source: &str) -> ContentFormat {
     detect::detect_content_format(source)
