@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 use super::py::{self, lax_bool, lax_int};
 use super::serving::{Release, ServerConfig};
 use super::template::ContentFormat;
+use super::unicode;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
 /// `ReasoningEffortTier` in protocol.py.
@@ -903,8 +904,9 @@ fn normalize_reasoning_inputs(
             _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
         };
         let enabled = match &enabled {
+            // `enabled.strip().lower()`: Python's whitespace, U+001C..U+001F included.
             Value::String(s) => matches!(
-                s.trim().to_lowercase().as_str(),
+                unicode::lower(py::strip(s)).as_str(),
                 "1" | "true" | "yes" | "y" | "on"
             ),
             v => py::truthy(v),
@@ -1753,7 +1755,8 @@ fn normalize_single_type(raw: &str) -> Option<String> {
     if STANDARD_TYPES.contains(&raw) {
         return None;
     }
-    let base = raw.split('(').next().unwrap_or("").trim().to_lowercase();
+    // `raw.split("(", 1)[0].strip().lower()`
+    let base = unicode::lower(py::strip(raw.split('(').next().unwrap_or("")));
     if STANDARD_TYPES.contains(&base.as_str()) {
         return Some(base);
     }
@@ -1967,6 +1970,40 @@ mod tests {
             json!({"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "array"},
                    "d": {"type": "internal"}, "e": {"type": ["integer", "null"]}, "f": {"type": "number"}})
         );
+    }
+
+    /// `str.strip()` takes U+001C..U+001F (and U+0085, U+00A0, U+3000), not
+    /// U+200B. Expected values: SGLang 0.5.23's own code (sglang_env, then
+    /// `ChatCompletionRequest.normalize_reasoning_inputs({"reasoning":
+    /// {"enabled": e}})` and `function_call.utils._normalize_single_type(t)`).
+    #[test]
+    fn python_strip_in_reasoning_enabled_and_schema_types() {
+        for (e, thinking) in [
+            ("\u{1c}true\u{1f}", true),
+            ("\u{1d}yes", true),
+            ("on\u{1e}", true),
+            (" TRUE ", true),
+            ("\u{85}y\u{a0}", true),
+            ("\u{200b}true", false),
+            ("tRuE\u{3000}", true),
+        ] {
+            let top = json!({"reasoning": {"enabled": e}});
+            let (_, ctk) = normalize_reasoning_inputs(top.as_object().unwrap()).unwrap();
+            let want = thinking.then(|| json!({"thinking": true, "enable_thinking": true}));
+            assert_eq!(ctk, want, "{e:?}");
+        }
+        for (t, want) in [
+            ("\u{1c}integer", Some("integer")),
+            ("int\u{1f}", Some("integer")),
+            ("\u{1d}VARCHAR(255)", Some("string")),
+            (" Bool ", Some("boolean")),
+            ("\u{85}list\u{a0}", Some("array")),
+            ("\u{200b}int", None),
+            ("\u{1e}\u{1f}", None),
+            ("INTEGER\u{1c}(3)", Some("integer")),
+        ] {
+            assert_eq!(normalize_single_type(t).as_deref(), want, "{t:?}");
+        }
     }
 
     #[test]
