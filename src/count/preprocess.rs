@@ -889,13 +889,15 @@ fn normalize_reasoning_inputs(
                 Some(f) => raw_effort = Some(Value::from(f)),
                 None => {
                     return Err(invalid(format!(
-                        "Value error, invalid reasoning effort: '{s}'"
+                        "Value error, invalid reasoning effort: {}",
+                        py::repr(&Value::String(s.clone()))
                     )))
                 }
             },
             Some(other) => {
                 return Err(invalid(format!(
-                    "Value error, invalid reasoning effort: {other}"
+                    "Value error, invalid reasoning effort: {}",
+                    py::repr(other)
                 )))
             }
         }
@@ -2003,6 +2005,32 @@ mod tests {
             ("INTEGER\u{1c}(3)", Some("integer")),
         ] {
             assert_eq!(normalize_single_type(t).as_deref(), want, "{t:?}");
+        }
+    }
+
+    /// SGLang's messages (`ChatCompletionRequest.model_validate` of a chat
+    /// with `{"reasoning": {"effort": e}}`, `e.errors()[0]["msg"]`).
+    #[test]
+    fn invalid_reasoning_effort_is_reported_by_repr() {
+        for (e, want) in [
+            (
+                json!("it's"),
+                r#"Value error, invalid reasoning effort: "it's""#,
+            ),
+            (
+                json!(["\u{a0}"]),
+                r"Value error, invalid reasoning effort: ['\xa0']",
+            ),
+            (
+                json!({"a": null}),
+                r"Value error, invalid reasoning effort: {'a': None}",
+            ),
+        ] {
+            let top = json!({"reasoning": {"effort": e}});
+            match normalize_reasoning_inputs(top.as_object().unwrap()) {
+                Err(CountError::Invalid { message, .. }) => assert_eq!(message, want),
+                other => panic!("{e}: {other:?}"),
+            }
         }
     }
 
