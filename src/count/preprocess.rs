@@ -885,7 +885,8 @@ fn normalize_reasoning_inputs(
                 raw_effort = Some(Value::String(s.clone()))
             }
             Some(Value::Number(n)) => raw_effort = n.as_f64().map(Value::from),
-            Some(Value::String(s)) => match python_float(s) {
+            // `float(effort)`
+            Some(Value::String(s)) => match py::float_of_str(s) {
                 Some(f) => raw_effort = Some(Value::from(f)),
                 None => {
                     return Err(invalid(format!(
@@ -982,7 +983,7 @@ fn validate_reasoning_effort(raw: Option<Value>) -> Result<Option<Value>, CountE
             // The float arm of the union (lax: numeric strings), range [0.0, 0.99].
             let f = match &v {
                 Value::Number(n) => n.as_f64(),
-                Value::String(s) => python_float(s),
+                Value::String(s) => py::lax_float_of_str(s),
                 _ => None,
             };
             match f {
@@ -1703,18 +1704,6 @@ fn has_message_level_tools(messages: Option<&Value>) -> bool {
         matches!(role.as_deref(), Some("root" | "system" | "developer"))
             && m.get("tools").is_some_and(py::truthy)
     })
-}
-
-/// Python `float(str)` for the plain decimal forms (underscores and the like are
-/// not accepted here; such an effort string is refused, as SGLang refuses most).
-fn python_float(s: &str) -> Option<f64> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    match lower.trim_start_matches(['+', '-']) {
-        "inf" | "infinity" | "nan" => return t.parse::<f64>().ok().or(Some(f64::NAN)),
-        _ => {}
-    }
-    t.parse::<f64>().ok()
 }
 
 // ---------------------------------------------------------------------------

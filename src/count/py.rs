@@ -485,6 +485,75 @@ pub fn strip(s: &str) -> &str {
     s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
+/// The text `int(s)` and `float(s)` parse, or `None` where they raise for
+/// that alone. CPython first rewrites a non-ASCII string
+/// (`_PyUnicode_TransformDecimalAndSpaceToASCII`): Unicode whitespace
+/// becomes a space, a Unicode decimal digit its ASCII digit (by CPython
+/// 3.11's tables), any other character from U+007F up makes the text no
+/// number; then it strips ASCII whitespace (`Py_ISSPACE`: space and
+/// `\t\n\v\f\r`). So U+0085, U+00A0 and U+3000 are stripped but U+001C..U+001F,
+/// which `str.strip()` removes, are not: `float("\x1c1")` raises. That is
+/// Rust's `trim()` on the rewritten text.
+pub fn number_text(s: &str) -> Option<Cow<'_, str>> {
+    let text = if s.is_ascii() {
+        Cow::Borrowed(s)
+    } else {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if c < '\x7f' {
+                out.push(c);
+            } else if unicode::is_space(c) {
+                out.push(' ');
+            } else {
+                let d = unicode::decimal_value(c)?;
+                out.push(char::from(b'0' + d as u8));
+            }
+        }
+        Cow::Owned(out)
+    };
+    let is_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r');
+    Some(match text {
+        Cow::Borrowed(t) => Cow::Borrowed(t.trim_matches(is_space)),
+        Cow::Owned(t) => Cow::Owned(t.trim_matches(is_space).to_owned()),
+    })
+}
+
+/// Python's `float(s)` for a str: [`number_text`], then single underscores
+/// between digits dropped, then a decimal or `inf`/`infinity`/`nan` (any
+/// case, one optional sign), which Rust's `f64` parser reads alike.
+pub fn float_of_str(s: &str) -> Option<f64> {
+    let t = number_text(s)?;
+    let b = t.as_bytes();
+    let mut digits = String::with_capacity(t.len());
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'_' {
+            let between =
+                i > 0 && b[i - 1].is_ascii_digit() && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+            if !between {
+                return None;
+            }
+        } else {
+            digits.push(char::from(c));
+        }
+    }
+    digits.parse().ok()
+}
+
+/// pydantic's lax `float` from a str (pydantic-core's `str_as_float`): Rust's
+/// `trim()` and `f64` parser, else the untrimmed text without its
+/// underscores if it has some, none first or last and never two together.
+/// Not Python's `float()`: `" 1_0"` fails and `"1_.5"` is 1.5 here, the other
+/// way round there, and Unicode digits are refused.
+pub fn lax_float_of_str(s: &str) -> Option<f64> {
+    if let Ok(f) = s.trim().parse() {
+        return Some(f);
+    }
+    if s.starts_with('_') || s.ends_with('_') || !s.contains('_') || s.contains("__") {
+        return None;
+    }
+    s.replace('_', "").parse().ok()
+}
+
 /// pydantic's lax `bool`.
 pub fn lax_bool(v: &Value) -> Option<bool> {
     match v {
@@ -698,6 +767,68 @@ mod tests {
             push_float_repr(&mut s, f);
             assert_eq!(s, want);
         }
+    }
+
+    /// `float(t)` for each `t` below under Python 3.11.7, 3.12.1 and 3.13.0
+    /// (all three agree): the value, or `None` where it raised ValueError.
+    #[test]
+    fn float_of_str_matches_python() {
+        for (t, want) in [
+            ("\u{1c}1.5", None),
+            ("1.5\u{1f}", None),
+            (" 1.5 ", Some(1.5)),
+            ("\t1.5\n", Some(1.5)),
+            ("\u{b}1.5\u{c}", Some(1.5)),
+            ("\u{85}1.5", Some(1.5)),
+            ("\u{a0}1.5\u{3000}", Some(1.5)),
+            ("\u{200b}1.5", None),
+            ("\u{1c}1.5\u{a0}", None),
+            ("١.٥", Some(1.5)),
+            ("1_0.5", Some(10.5)),
+            ("1__0", None),
+            ("_1", None),
+            ("1_", None),
+            ("1_.5", None),
+            ("+-inf", None),
+            (" inf ", Some(f64::INFINITY)),
+            ("+Infinity", Some(f64::INFINITY)),
+            ("-iNf", Some(f64::NEG_INFINITY)),
+            ("1e5", Some(100000.0)),
+            (".5", Some(0.5)),
+            ("5.", Some(5.0)),
+            ("1e400", Some(f64::INFINITY)),
+            ("0x10", None),
+            ("", None),
+            (" ", None),
+            ("\u{1c}\u{a0}1.5", None),
+        ] {
+            assert_eq!(float_of_str(t), want, "{t:?}");
+        }
+        for t in ["nan", "-NaN", "+nan"] {
+            assert!(float_of_str(t).is_some_and(f64::is_nan), "{t:?}");
+        }
+    }
+
+    /// pydantic 2.14.4 (pydantic-core 2.50.5), TypeAdapter(float).validate_python(t).
+    #[test]
+    fn lax_float_of_str_matches_pydantic() {
+        for (t, want) in [
+            (" 0.5 ", Some(0.5)),
+            ("\u{1c}0.5", None),
+            ("0.5\u{85}", Some(0.5)),
+            ("\u{a0}0.5", Some(0.5)),
+            ("0_0.5", Some(0.5)),
+            (" 0_0.5", None),
+            ("0_.5", Some(0.5)),
+            ("٠.٥", None),
+            ("+.5", Some(0.5)),
+            ("5e-1", Some(0.5)),
+            (" inf", Some(f64::INFINITY)),
+            ("0.5\u{b}", Some(0.5)),
+        ] {
+            assert_eq!(lax_float_of_str(t), want, "{t:?}");
+        }
+        assert!(lax_float_of_str("nan").is_some_and(f64::is_nan));
     }
 
     #[test]

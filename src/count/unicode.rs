@@ -70,6 +70,32 @@ pub fn is_decimal(c: char) -> bool {
     }
 }
 
+/// The value of a `str.isdecimal()` character (`unicodedata.decimal`). Each
+/// range of the DECIMAL table is whole runs of ten digits from 0 to 9
+/// (`decimal_ranges_are_runs_of_ten` checks the lengths; the values were
+/// checked against CPython 3.11 on every code point).
+pub fn decimal_value(c: char) -> Option<u32> {
+    if c.is_ascii_digit() {
+        return Some(u32::from(c) - u32::from('0'));
+    }
+    if c.is_ascii() {
+        return None;
+    }
+    let c = u32::from(c);
+    let i = t::DECIMAL
+        .binary_search_by(|&(lo, hi)| {
+            if hi < c {
+                std::cmp::Ordering::Less
+            } else if lo > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .ok()?;
+    Some((c - t::DECIMAL[i].0) % 10)
+}
+
 pub fn is_digit(c: char) -> bool {
     if c.is_ascii() {
         c.is_ascii_digit()
@@ -369,6 +395,19 @@ pub fn splitlines(s: &str, keepends: bool) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn decimal_ranges_are_runs_of_ten() {
+        for &(lo, hi) in super::t::DECIMAL {
+            assert_eq!((hi - lo + 1) % 10, 0, "U+{lo:04X}");
+        }
+        // python3 -c 'import unicodedata as u; print([u.decimal(c) for c in "7٣߉𝟗"])'
+        // prints [7, 3, 9, 9]
+        let got: Vec<_> = "7٣߉𝟗".chars().map(super::decimal_value).collect();
+        assert_eq!(got, [Some(7), Some(3), Some(9), Some(9)]);
+        assert_eq!(super::decimal_value('x'), None);
+        assert_eq!(super::decimal_value('½'), None);
+    }
+
     /// `py::strip`'s whitespace (Rust's `White_Space` plus U+001C..U+001F)
     /// is `str.isspace` on every code point, so `strip` may use it.
     #[test]
