@@ -1997,6 +1997,41 @@ mod tests {
         }
     }
 
+    /// `reasoning.effort` is read by Python's `float()`, the `reasoning_effort`
+    /// field by pydantic's lax float. Expected: SGLang 0.5.23's
+    /// `ChatCompletionRequest.normalize_reasoning_inputs({"reasoning":
+    /// {"effort": e}})["reasoning_effort"]` (or its ValueError), and
+    /// `ChatCompletionRequest.model_validate(...).reasoning_effort` of a chat
+    /// with `"reasoning_effort": e`.
+    #[test]
+    fn reasoning_effort_strings_read_as_sglang_reads_them() {
+        for (e, want) in [
+            ("+-inf", None),
+            ("\u{660}.\u{665}", Some(0.5)),
+            ("1_0.5", Some(10.5)),
+            ("\u{1c}0.5", None),
+            ("\u{85}0.5", Some(0.5)),
+            ("0_.5", None),
+        ] {
+            let top = json!({"reasoning": {"effort": e}});
+            let got = normalize_reasoning_inputs(top.as_object().unwrap())
+                .ok()
+                .map(|(effort, _)| effort.and_then(|v| v.as_f64()));
+            assert_eq!(got, want.map(Some), "{e:?}");
+        }
+        for (e, want) in [
+            (" 0.5 ", Some(0.5)),
+            ("\u{1c}0.5", None),
+            ("\u{a0}0.5", Some(0.5)),
+            (" 0_0.5", None),
+            ("0_.5", Some(0.5)),
+            ("\u{660}.\u{665}", None),
+        ] {
+            let got = validate_reasoning_effort(Some(json!(e))).ok().flatten();
+            assert_eq!(got.and_then(|v| v.as_f64()), want, "{e:?}");
+        }
+    }
+
     /// SGLang's messages (`ChatCompletionRequest.model_validate` of a chat
     /// with `{"reasoning": {"effort": e}}`, `e.errors()[0]["msg"]`).
     #[test]
