@@ -554,6 +554,16 @@ pub fn lax_float_of_str(s: &str) -> Option<f64> {
     s.replace('_', "").parse().ok()
 }
 
+/// A file's text as Python reads it in text mode (`open(path).read()`, the
+/// default universal newlines): `\r\n` and a lone `\r` become `\n`.
+pub fn universal_newlines(text: String) -> String {
+    if text.contains('\r') {
+        text.replace("\r\n", "\n").replace('\r', "\n")
+    } else {
+        text
+    }
+}
+
 /// pydantic's lax `bool`.
 pub fn lax_bool(v: &Value) -> Option<bool> {
     match v {
