@@ -1,6 +1,7 @@
 //! The Python behaviours SGLang's request handling relies on, over JSON
 //! values: `json.loads`, `json.dumps`, `repr()` and `str()`, `repr(float)`,
-//! truthiness, `str.strip`, equality and pydantic's lax scalars. Every
+//! truthiness, `str.strip`, `float()`/`int()` of a str, text-mode file
+//! reads, equality and pydantic's lax scalars. Every
 //! encoder and conversion that mirrors Python code calls these instead of
 //! writing its own, so a difference from CPython is fixed once.
 //! Dependency-free on purpose (std, serde_json and the CPython Unicode
