@@ -742,7 +742,8 @@ fn convert_tool_choice(
                         format!(
                             "tool_choice references tool {} but it is not in the forwarded tools list \
                              (server-side Anthropic tools cannot be selected)",
-                            name.map_or("None".to_owned(), |n| format!("'{n}'"))
+                            // `{tool_name!r}`
+                            name.map_or("None".to_owned(), |n| py::repr(&Value::String(n.into())))
                         ),
                         "tool_choice",
                     ));
@@ -985,4 +986,23 @@ fn tool_result_content(
         contents.push(json!(""));
     }
     Ok((contents, text))
+}
+
+#[cfg(test)]
+mod tool_choice_tests {
+    use super::*;
+
+    /// SGLang raises f"tool_choice references tool {tool_name!r} but ...";
+    /// python3 -c 'print(repr("it\x27s"))' prints "it's".
+    #[test]
+    fn an_unknown_tool_choice_is_named_by_repr() {
+        let chat_tools = [json!({})];
+        match convert_tool_choice(Some(("tool", Some("it's"))), &[], &chat_tools) {
+            Err(CountError::Invalid { message, .. }) => assert!(
+                message.starts_with(r#"tool_choice references tool "it's" but it is not"#),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
 }

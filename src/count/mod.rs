@@ -16,6 +16,9 @@ pub mod responses;
 pub mod serving;
 pub mod template;
 pub mod tokenizer;
+pub(crate) mod unicode;
+#[rustfmt::skip]
+mod unicode_tables;
 pub mod wire;
 
 use std::path::Path;
@@ -1083,7 +1086,9 @@ fn python_str_of_prompt_list(items: &[Value]) -> Result<String, CountError> {
         }
         match item {
             Value::String(s) if items.iter().all(Value::is_string) => {
-                out.push_str(&template::py_str_repr(s))
+                py::push_str_repr(&mut out, s, py::Repr::Strict).map_err(|e| {
+                    CountError::Unsupported(format!("the completion template would print the {e}"))
+                })?
             }
             Value::Array(inner) => out.push_str(&python_str_of_prompt_list(inner)?),
             v => match py::lax_int(v) {
@@ -1129,6 +1134,31 @@ pub(crate) fn shared_dir() -> Option<std::path::PathBuf> {
     }
     eprintln!("skipping: {msg}");
     None
+}
+
+#[cfg(test)]
+mod prompt_list_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `str(CompletionRequest(model="m", prompt=p).prompt)` under SGLang
+    /// 0.5.23 (src/count/testdata/sglang_env.py) for each `p` below printed
+    /// `["a'b", 'é\xa0', 'x\n\\']`, `[[1, 2], [3]]` and `[1, 2, 1]`.
+    #[test]
+    fn str_of_a_list_prompt_is_pythons() {
+        let str_of = |v: Value| python_str_of_prompt_list(v.as_array().unwrap());
+        assert_eq!(
+            str_of(json!(["a'b", "é\u{a0}", "x\n\\"])).unwrap(),
+            r#"["a'b", 'é\xa0', 'x\n\\']"#
+        );
+        assert_eq!(str_of(json!([[1, 2], [3]])).unwrap(), "[[1, 2], [3]]");
+        assert_eq!(str_of(json!([1, "2", true])).unwrap(), "[1, 2, 1]");
+        // Python 3.11 prints '\U0001fae8', 3.12 the character: refused.
+        assert!(matches!(
+            str_of(json!(["\u{1fae8}"])),
+            Err(CountError::Unsupported(_))
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -143,16 +143,17 @@ impl CheckpointTemplates {
     }
 }
 
-/// transformers reads `chat_template.jinja` in preference to
-/// `tokenizer_config.json`'s `chat_template`; a list of named templates
-/// becomes a dict (`TemplateManager._select_named_template` then picks).
+/// transformers reads `chat_template.jinja` (in text mode: universal
+/// newlines) in preference to `tokenizer_config.json`'s `chat_template`; a
+/// list of named templates becomes a dict
+/// (`TemplateManager._select_named_template` then picks).
 fn checkpoint_templates(
     dir: &Path,
     config: &TokenizerConfig,
 ) -> Result<CheckpointTemplates, LoadError> {
     let path = dir.join("chat_template.jinja");
     match std::fs::read_to_string(&path) {
-        Ok(s) => return Ok(CheckpointTemplates::One(s)),
+        Ok(s) => return Ok(CheckpointTemplates::One(super::py::universal_newlines(s))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
             return Err(LoadError::Io {
@@ -180,4 +181,23 @@ fn checkpoint_templates(
         ),
         _ => CheckpointTemplates::None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    /// transformers reads the file with `open(f, encoding="utf-8").read()`:
+    /// python3 -c 'open("c.jinja", "wb").write(b"{{ \x27a\x27 }}\r\n{{ \x27b\x27 }}\r\r\n");
+    /// print(repr(open("c.jinja", encoding="utf-8").read()))' prints
+    /// "{{ 'a' }}\n{{ 'b' }}\n\n".
+    #[test]
+    fn chat_template_jinja_is_read_with_universal_newlines() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            b"{{ 'a' }}\r\n{{ 'b' }}\r\r\n",
+        )
+        .unwrap();
+        let templates = super::CheckpointTemplates::load(dir.path()).unwrap();
+        assert_eq!(templates.all(), [("default", "{{ 'a' }}\n{{ 'b' }}\n\n")]);
+    }
 }

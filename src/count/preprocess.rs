@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 use super::py::{self, lax_bool, lax_int};
 use super::serving::{Release, ServerConfig};
 use super::template::ContentFormat;
+use super::unicode;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
 
 /// `ReasoningEffortTier` in protocol.py.
@@ -884,17 +885,20 @@ fn normalize_reasoning_inputs(
                 raw_effort = Some(Value::String(s.clone()))
             }
             Some(Value::Number(n)) => raw_effort = n.as_f64().map(Value::from),
-            Some(Value::String(s)) => match python_float(s) {
+            // `float(effort)`
+            Some(Value::String(s)) => match py::float_of_str(s) {
                 Some(f) => raw_effort = Some(Value::from(f)),
                 None => {
                     return Err(invalid(format!(
-                        "Value error, invalid reasoning effort: '{s}'"
+                        "Value error, invalid reasoning effort: {}",
+                        py::repr(&Value::String(s.clone()))
                     )))
                 }
             },
             Some(other) => {
                 return Err(invalid(format!(
-                    "Value error, invalid reasoning effort: {other}"
+                    "Value error, invalid reasoning effort: {}",
+                    py::repr(other)
                 )))
             }
         }
@@ -903,8 +907,9 @@ fn normalize_reasoning_inputs(
             _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
         };
         let enabled = match &enabled {
+            // `enabled.strip().lower()`: Python's whitespace, U+001C..U+001F included.
             Value::String(s) => matches!(
-                s.trim().to_lowercase().as_str(),
+                unicode::lower(py::strip(s)).as_str(),
                 "1" | "true" | "yes" | "y" | "on"
             ),
             v => py::truthy(v),
@@ -978,7 +983,7 @@ fn validate_reasoning_effort(raw: Option<Value>) -> Result<Option<Value>, CountE
             // The float arm of the union (lax: numeric strings), range [0.0, 0.99].
             let f = match &v {
                 Value::Number(n) => n.as_f64(),
-                Value::String(s) => python_float(s),
+                Value::String(s) => py::lax_float_of_str(s),
                 _ => None,
             };
             match f {
@@ -1701,18 +1706,6 @@ fn has_message_level_tools(messages: Option<&Value>) -> bool {
     })
 }
 
-/// Python `float(str)` for the plain decimal forms (underscores and the like are
-/// not accepted here; such an effort string is refused, as SGLang refuses most).
-fn python_float(s: &str) -> Option<f64> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    match lower.trim_start_matches(['+', '-']) {
-        "inf" | "infinity" | "nan" => return t.parse::<f64>().ok().or(Some(f64::NAN)),
-        _ => {}
-    }
-    t.parse::<f64>().ok()
-}
-
 // ---------------------------------------------------------------------------
 // Tool schema type rewrite (`function_call/utils.py::normalize_json_schema_types`)
 // ---------------------------------------------------------------------------
@@ -1753,7 +1746,8 @@ fn normalize_single_type(raw: &str) -> Option<String> {
     if STANDARD_TYPES.contains(&raw) {
         return None;
     }
-    let base = raw.split('(').next().unwrap_or("").trim().to_lowercase();
+    // `raw.split("(", 1)[0].strip().lower()`
+    let base = unicode::lower(py::strip(raw.split('(').next().unwrap_or("")));
     if STANDARD_TYPES.contains(&base.as_str()) {
         return Some(base);
     }
@@ -1967,6 +1961,101 @@ mod tests {
             json!({"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "array"},
                    "d": {"type": "internal"}, "e": {"type": ["integer", "null"]}, "f": {"type": "number"}})
         );
+    }
+
+    /// `str.strip()` takes U+001C..U+001F (and U+0085, U+00A0, U+3000), not
+    /// U+200B. Expected values: SGLang 0.5.23's own code (sglang_env, then
+    /// `ChatCompletionRequest.normalize_reasoning_inputs({"reasoning":
+    /// {"enabled": e}})` and `function_call.utils._normalize_single_type(t)`).
+    #[test]
+    fn python_strip_in_reasoning_enabled_and_schema_types() {
+        for (e, thinking) in [
+            ("\u{1c}true\u{1f}", true),
+            ("\u{1d}yes", true),
+            ("on\u{1e}", true),
+            (" TRUE ", true),
+            ("\u{85}y\u{a0}", true),
+            ("\u{200b}true", false),
+            ("tRuE\u{3000}", true),
+        ] {
+            let top = json!({"reasoning": {"enabled": e}});
+            let (_, ctk) = normalize_reasoning_inputs(top.as_object().unwrap()).unwrap();
+            let want = thinking.then(|| json!({"thinking": true, "enable_thinking": true}));
+            assert_eq!(ctk, want, "{e:?}");
+        }
+        for (t, want) in [
+            ("\u{1c}integer", Some("integer")),
+            ("int\u{1f}", Some("integer")),
+            ("\u{1d}VARCHAR(255)", Some("string")),
+            (" Bool ", Some("boolean")),
+            ("\u{85}list\u{a0}", Some("array")),
+            ("\u{200b}int", None),
+            ("\u{1e}\u{1f}", None),
+            ("INTEGER\u{1c}(3)", Some("integer")),
+        ] {
+            assert_eq!(normalize_single_type(t).as_deref(), want, "{t:?}");
+        }
+    }
+
+    /// `reasoning.effort` is read by Python's `float()`, the `reasoning_effort`
+    /// field by pydantic's lax float. Expected: SGLang 0.5.23's
+    /// `ChatCompletionRequest.normalize_reasoning_inputs({"reasoning":
+    /// {"effort": e}})["reasoning_effort"]` (or its ValueError), and
+    /// `ChatCompletionRequest.model_validate(...).reasoning_effort` of a chat
+    /// with `"reasoning_effort": e`.
+    #[test]
+    fn reasoning_effort_strings_read_as_sglang_reads_them() {
+        for (e, want) in [
+            ("+-inf", None),
+            ("\u{660}.\u{665}", Some(0.5)),
+            ("1_0.5", Some(10.5)),
+            ("\u{1c}0.5", None),
+            ("\u{85}0.5", Some(0.5)),
+            ("0_.5", None),
+        ] {
+            let top = json!({"reasoning": {"effort": e}});
+            let got = normalize_reasoning_inputs(top.as_object().unwrap())
+                .ok()
+                .map(|(effort, _)| effort.and_then(|v| v.as_f64()));
+            assert_eq!(got, want.map(Some), "{e:?}");
+        }
+        for (e, want) in [
+            (" 0.5 ", Some(0.5)),
+            ("\u{1c}0.5", None),
+            ("\u{a0}0.5", Some(0.5)),
+            (" 0_0.5", None),
+            ("0_.5", Some(0.5)),
+            ("\u{660}.\u{665}", None),
+        ] {
+            let got = validate_reasoning_effort(Some(json!(e))).ok().flatten();
+            assert_eq!(got.and_then(|v| v.as_f64()), want, "{e:?}");
+        }
+    }
+
+    /// SGLang's messages (`ChatCompletionRequest.model_validate` of a chat
+    /// with `{"reasoning": {"effort": e}}`, `e.errors()[0]["msg"]`).
+    #[test]
+    fn invalid_reasoning_effort_is_reported_by_repr() {
+        for (e, want) in [
+            (
+                json!("it's"),
+                r#"Value error, invalid reasoning effort: "it's""#,
+            ),
+            (
+                json!(["\u{a0}"]),
+                r"Value error, invalid reasoning effort: ['\xa0']",
+            ),
+            (
+                json!({"a": null}),
+                r"Value error, invalid reasoning effort: {'a': None}",
+            ),
+        ] {
+            let top = json!({"reasoning": {"effort": e}});
+            match normalize_reasoning_inputs(top.as_object().unwrap()) {
+                Err(CountError::Invalid { message, .. }) => assert_eq!(message, want),
+                other => panic!("{e}: {other:?}"),
+            }
+        }
     }
 
     #[test]

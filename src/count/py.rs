@@ -1,13 +1,19 @@
 //! The Python behaviours SGLang's request handling relies on, over JSON
-//! values: `json.loads`, `json.dumps`, `repr(float)`, truthiness,
-//! `str.strip`, equality and pydantic's lax scalars. Every encoder and conversion that mirrors Python
-//! code calls these instead of writing its own, so a difference from CPython
-//! is fixed once. Dependency-free on purpose (std and serde_json only).
+//! values: `json.loads`, `json.dumps`, `repr()` and `str()`, `repr(float)`,
+//! truthiness, `str.strip`, `float()`/`int()` of a str, text-mode file
+//! reads, equality and pydantic's lax scalars. Every
+//! encoder and conversion that mirrors Python code calls these instead of
+//! writing its own, so a difference from CPython is fixed once.
+//! Dependency-free on purpose (std, serde_json and the CPython Unicode
+//! tables in `count::unicode`).
 
+use std::borrow::Cow;
 use std::fmt::{self, Write as _};
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+use super::unicode;
 
 /// `json.loads(s)` (and `orjson.loads`) into a `Value`, as serde_json reads
 /// RFC 8259 but without its one extension: `Value`'s own deserializer takes
@@ -153,6 +159,159 @@ pub fn push_float_repr(out: &mut String, f: f64) {
         }
         let e = decpt - 1;
         let _ = write!(out, "e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+}
+
+/// How [`push_str_repr`] treats a code point whose `repr` depends on the
+/// Python version.
+///
+/// SGLang 0.5.23 installs on CPython 3.11, 3.12 and 3.13 (wheels for those
+/// three only), on Unicode 14.0, 15.0 and 15.1. Their `str.isprintable`, which
+/// decides whether `repr` prints a character or escapes it, differs exactly
+/// at code points unassigned (Cn) in Unicode 14.0 that a later version
+/// assigned: checked on every code point against the three interpreters, no
+/// code point assigned in 14.0 changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repr {
+    /// Stop at a code point unassigned in Unicode 14.0 and return it
+    /// ([`VersionDependent`]): for text that goes into a prompt, where the
+    /// guard must not guess which Python the server runs.
+    Strict,
+    /// Escape it, as CPython 3.11 does: for error messages, and for the Jinja
+    /// renderer, which follows CPython 3.11 throughout (`count::unicode`).
+    Py311,
+}
+
+/// A code point whose `repr` differs between the Pythons SGLang runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionDependent(pub char);
+
+impl fmt::Display for VersionDependent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "repr() of U+{:04X}, unassigned in Python 3.11's Unicode 14.0 and assigned later",
+            u32::from(self.0)
+        )
+    }
+}
+
+/// `repr(str)` (CPython's `unicode_repr`): single quotes unless the text has
+/// `'` and no `"`; `\\`, the quote, `\t`, `\n` and `\r` escaped; other
+/// characters that are not `str.isprintable()` (ASCII controls, and by
+/// CPython's Unicode tables categories Cc, Cf, Cs, Co, Cn, Zl, Zp and Zs but
+/// the space) as `\xhh`, `\uhhhh` or `\Uhhhhhhhh`. In [`Repr::Strict`] mode
+/// it stops at the first code point unassigned in Unicode 14.0, having
+/// written part of the text.
+pub fn push_str_repr(out: &mut String, s: &str, mode: Repr) -> Result<(), VersionDependent> {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.reserve(s.len() + 2);
+    out.push(quote);
+    let mut last = 0;
+    for (i, c) in s.char_indices() {
+        let plain = match c {
+            '\\' => false,
+            c if c == quote => false,
+            c if c.is_ascii() => (' '..='~').contains(&c),
+            c if unicode::is_unassigned_14(c) => {
+                if mode == Repr::Strict {
+                    return Err(VersionDependent(c));
+                }
+                false
+            }
+            c => unicode::is_printable(c),
+        };
+        if plain {
+            continue;
+        }
+        out.push_str(&s[last..i]);
+        last = i + c.len_utf8();
+        let code = u32::from(c);
+        let _ = match c {
+            '\\' | '\'' | '"' => {
+                out.push('\\');
+                out.push(c);
+                Ok(())
+            }
+            '\t' => out.write_str("\\t"),
+            '\n' => out.write_str("\\n"),
+            '\r' => out.write_str("\\r"),
+            _ if code <= 0xff => write!(out, "\\x{code:02x}"),
+            _ if code <= 0xffff => write!(out, "\\u{code:04x}"),
+            _ => write!(out, "\\U{code:08x}"),
+        };
+    }
+    out.push_str(&s[last..]);
+    out.push(quote);
+    Ok(())
+}
+
+/// `repr(v)` of a value parsed from JSON: `None`, `True`, ints as written,
+/// floats by `repr(float)`, strings by [`push_str_repr`], lists and dicts
+/// (in key order) with `", "` and `": "`.
+pub fn push_repr(out: &mut String, v: &Value, mode: Repr) -> Result<(), VersionDependent> {
+    match v {
+        Value::Null => out.push_str("None"),
+        Value::Bool(true) => out.push_str("True"),
+        Value::Bool(false) => out.push_str("False"),
+        Value::Number(n) => push_json_number(out, n),
+        Value::String(s) => push_str_repr(out, s, mode)?,
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_repr(out, item, mode)?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_str_repr(out, k, mode)?;
+                out.push_str(": ");
+                push_repr(out, item, mode)?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+/// `repr(v)` as CPython 3.11 prints it ([`Repr::Py311`]): for error messages.
+pub fn repr(v: &Value) -> String {
+    let mut out = String::new();
+    // Py311 mode refuses nothing.
+    let _ = push_repr(&mut out, v, Repr::Py311);
+    out
+}
+
+/// `str(v)`: a string is itself, anything else its [`push_repr`] (`str()`
+/// of None, a bool, a number, a list or a dict is its `repr()`).
+pub fn str(v: &Value, mode: Repr) -> Result<Cow<'_, str>, VersionDependent> {
+    match v {
+        Value::String(s) => Ok(Cow::Borrowed(s)),
+        _ => {
+            let mut out = String::new();
+            push_repr(&mut out, v, mode)?;
+            Ok(Cow::Owned(out))
+        }
+    }
+}
+
+/// `str(v)` as CPython 3.11 prints it ([`Repr::Py311`]): for error messages.
+pub fn message_str(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::String(s) => Cow::Borrowed(s),
+        _ => Cow::Owned(repr(v)),
     }
 }
 
@@ -327,6 +486,85 @@ pub fn strip(s: &str) -> &str {
     s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
+/// The text `int(s)` and `float(s)` parse, or `None` where they raise for
+/// that alone. CPython first rewrites a non-ASCII string
+/// (`_PyUnicode_TransformDecimalAndSpaceToASCII`): Unicode whitespace
+/// becomes a space, a Unicode decimal digit its ASCII digit (by CPython
+/// 3.11's tables), any other character from U+007F up makes the text no
+/// number; then it strips ASCII whitespace (`Py_ISSPACE`: space and
+/// `\t\n\v\f\r`). So U+0085, U+00A0 and U+3000 are stripped but U+001C..U+001F,
+/// which `str.strip()` removes, are not: `float("\x1c1")` raises. That is
+/// Rust's `trim()` on the rewritten text.
+pub fn number_text(s: &str) -> Option<Cow<'_, str>> {
+    let text = if s.is_ascii() {
+        Cow::Borrowed(s)
+    } else {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if c < '\x7f' {
+                out.push(c);
+            } else if unicode::is_space(c) {
+                out.push(' ');
+            } else {
+                let d = unicode::decimal_value(c)?;
+                out.push(char::from(b'0' + d as u8));
+            }
+        }
+        Cow::Owned(out)
+    };
+    let is_space = |c: char| matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r');
+    Some(match text {
+        Cow::Borrowed(t) => Cow::Borrowed(t.trim_matches(is_space)),
+        Cow::Owned(t) => Cow::Owned(t.trim_matches(is_space).to_owned()),
+    })
+}
+
+/// Python's `float(s)` for a str: [`number_text`], then single underscores
+/// between digits dropped, then a decimal or `inf`/`infinity`/`nan` (any
+/// case, one optional sign), which Rust's `f64` parser reads alike.
+pub fn float_of_str(s: &str) -> Option<f64> {
+    let t = number_text(s)?;
+    let b = t.as_bytes();
+    let mut digits = String::with_capacity(t.len());
+    for (i, &c) in b.iter().enumerate() {
+        if c == b'_' {
+            let between =
+                i > 0 && b[i - 1].is_ascii_digit() && b.get(i + 1).is_some_and(u8::is_ascii_digit);
+            if !between {
+                return None;
+            }
+        } else {
+            digits.push(char::from(c));
+        }
+    }
+    digits.parse().ok()
+}
+
+/// pydantic's lax `float` from a str (pydantic-core's `str_as_float`): Rust's
+/// `trim()` and `f64` parser, else the untrimmed text without its
+/// underscores if it has some, none first or last and never two together.
+/// Not Python's `float()`: `" 1_0"` fails and `"1_.5"` is 1.5 here, the other
+/// way round there, and Unicode digits are refused.
+pub fn lax_float_of_str(s: &str) -> Option<f64> {
+    if let Ok(f) = s.trim().parse() {
+        return Some(f);
+    }
+    if s.starts_with('_') || s.ends_with('_') || !s.contains('_') || s.contains("__") {
+        return None;
+    }
+    s.replace('_', "").parse().ok()
+}
+
+/// A file's text as Python reads it in text mode (`open(path).read()`, the
+/// default universal newlines): `\r\n` and a lone `\r` become `\n`.
+pub fn universal_newlines(text: String) -> String {
+    if text.contains('\r') {
+        text.replace("\r\n", "\n").replace('\r', "\n")
+    } else {
+        text
+    }
+}
+
 /// pydantic's lax `bool`.
 pub fn lax_bool(v: &Value) -> Option<bool> {
     match v {
@@ -350,8 +588,13 @@ pub fn lax_bool(v: &Value) -> Option<bool> {
     }
 }
 
-/// pydantic's lax `int`.
+/// pydantic's lax `int` (pydantic-core's `str_as_int` and `float_as_int`):
+/// a bool as 0 or 1; a float only when whole and strictly between -2**63 and
+/// 2**63; a str by [`lax_int_of_str`]. `None` where pydantic fails, and for
+/// integers past `i128`, which pydantic reads (a refusal, never a
+/// different number).
 pub fn lax_int(v: &Value) -> Option<i128> {
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
     match v {
         Value::Bool(b) => Some(i128::from(*b)),
         Value::Number(n) => {
@@ -361,18 +604,84 @@ pub fn lax_int(v: &Value) -> Option<i128> {
                 Some(i128::from(u))
             } else {
                 let f = n.as_f64()?;
-                (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
+                (f.fract() == 0.0 && -TWO_63 < f && f < TWO_63).then_some(f as i128)
             }
         }
-        Value::String(s) => {
-            let t = s.trim();
-            if let Ok(i) = t.parse::<i128>() {
-                return Some(i);
-            }
-            let f: f64 = t.parse().ok()?;
-            (f.is_finite() && f.fract() == 0.0 && f.abs() < 1e38).then_some(f as i128)
-        }
+        Value::String(s) => lax_int_of_str(s),
         _ => None,
+    }
+}
+
+/// A JSON integer literal, `-?(0|[1-9][0-9]*)`, exactly.
+fn json_int(s: &str) -> Option<i128> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let ok = match digits.as_bytes() {
+        [b'0'] => true,
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    if ok {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// pydantic's lax `int` from a str. A JSON integer literal is read as is;
+/// anything else is cleaned once and must then be one: surrounding whitespace
+/// (Rust's `trim()`, so not U+001C..U+001F) dropped; one `+` (not before a
+/// `-`), then one `-` (not before a sign), taken off; leading zeros dropped,
+/// underscores among them too, keeping the zero before a `.` and the last
+/// character of a text of zeros and underscores only; a `.` followed by
+/// zeros only (at least one) cut off; underscores dropped when none is first
+/// or last and no two are together. So `" 0_5 "`, `"+5.00"` and `"1_0.0"` are
+/// ints, and `"5."`, `"1e3"`, `"٥"` and `"\x1c5"` are not.
+pub fn lax_int_of_str(s: &str) -> Option<i128> {
+    if let Some(i) = json_int(s) {
+        return Some(i);
+    }
+    let mut t = s.trim();
+    if let Some(rest) = t.strip_prefix('+') {
+        if rest.starts_with('-') {
+            return None;
+        }
+        t = rest;
+    }
+    let negative = match t.strip_prefix('-') {
+        Some(rest) if rest.starts_with(['-', '+']) => return None,
+        Some(rest) => {
+            t = rest;
+            true
+        }
+        None => false,
+    };
+    t = match t.as_bytes().first() {
+        Some(b'0') => match t.find(|c: char| c != '0' && c != '_') {
+            None => &t[t.len() - 1..],
+            Some(i) => match t.as_bytes()[i] {
+                b'1'..=b'9' | b'-' => &t[i..],
+                b'.' => &t[i - 1..],
+                _ => return None,
+            },
+        },
+        Some(b'1'..=b'9' | b'-') => t,
+        _ => return None,
+    };
+    if let Some((int, fraction)) = t.split_once('.') {
+        if !fraction.is_empty() && fraction.bytes().all(|b| b == b'0') {
+            t = int;
+        }
+    }
+    let t: Cow<'_, str> =
+        if t.contains('_') && !t.starts_with('_') && !t.ends_with('_') && !t.contains("__") {
+            Cow::Owned(t.replace('_', ""))
+        } else {
+            Cow::Borrowed(t)
+        };
+    if negative {
+        json_int(&format!("-{t}"))
+    } else {
+        json_int(&t)
     }
 }
 
@@ -456,6 +765,76 @@ mod tests {
     }
 
     #[test]
+    fn str_repr_matches_python() {
+        let repr_of = |s: &str, mode| {
+            let mut out = String::new();
+            push_str_repr(&mut out, s, mode).map(|()| out)
+        };
+        for (s, want) in [
+            // python3.11 -c 'print(repr("a'"'"'b\"c\\\x00\xa0é😀"))'
+            ("a'b\"c\\\u{0}\u{a0}é😀", r#"'a\'b"c\\\x00\xa0é😀'"#),
+            // python3.11 -c 'print(repr("it'"'"'s"), repr("say \"x\""), repr("both '"'"' and \""))'
+            ("it's", r#""it's""#),
+            ("say \"x\"", r#"'say "x"'"#),
+            ("both ' and \"", r#"'both \' and "'"#),
+            // python3.11 -c 'print(repr("\t\n\r\x01\x1f\x7f\x85\xa0\xad\u0378\u200b\u2028\u3000\ue000\ufeff\U000e0001\U0010fffd\U0001fae8 \u4e2d\u00e9"))'
+            (
+                "\t\n\r\u{1}\u{1f}\u{7f}\u{85}\u{a0}\u{ad}\u{378}\u{200b}\u{2028}\u{3000}\u{e000}\u{feff}\u{e0001}\u{10fffd}\u{1fae8} 中é",
+                r"'\t\n\r\x01\x1f\x7f\x85\xa0\xad\u0378\u200b\u2028\u3000\ue000\ufeff\U000e0001\U0010fffd\U0001fae8 中é'",
+            ),
+            ("", "''"),
+        ] {
+            assert_eq!(repr_of(s, Repr::Py311).unwrap(), want, "{s:?}");
+        }
+        // Unassigned in Unicode 14.0, so escaped by 3.11; Python 3.12 prints U+1FAE8
+        // (/root/.pyenv/versions/3.12.1/bin/python -c 'print(repr("\U0001fae8"), repr("\u0378"))'
+        // prints '🫨' '\u0378'): refused in Strict mode, the first such code point named.
+        assert_eq!(
+            repr_of("a\u{1fae8}\u{378}", Repr::Strict),
+            Err(VersionDependent('\u{1fae8}'))
+        );
+        assert_eq!(
+            repr_of("\u{378}", Repr::Strict),
+            Err(VersionDependent('\u{378}'))
+        );
+        // Everything else is the same in both modes.
+        assert_eq!(
+            repr_of("\u{85}\u{a0}é😀\u{e000}\u{10fffd}", Repr::Strict).unwrap(),
+            r"'\x85\xa0é😀\ue000\U0010fffd'"
+        );
+    }
+
+    #[test]
+    fn repr_and_str_of_json_values_match_python() {
+        let v = json_loads(
+            r#"{"a": [1, 2.5, null, true, "é", 1e16, -0.0, 1e-05], "k'": {}, "": [], "b": false}"#,
+        )
+        .unwrap();
+        // python3.11 -c 'import json; print(repr(json.loads("{\"a\": [1, 2.5, null, true, \"é\", 1e16, -0.0, 1e-05], \"k'"'"'\": {}, \"\": [], \"b\": false}")))'
+        let want =
+            r#"{'a': [1, 2.5, None, True, 'é', 1e+16, -0.0, 1e-05], "k'": {}, '': [], 'b': False}"#;
+        assert_eq!(repr(&v), want);
+        assert_eq!(str(&v, Repr::Strict).unwrap(), want);
+        // str() of a str is itself; of a scalar, its repr.
+        assert_eq!(str(&json!("it's\n"), Repr::Strict).unwrap(), "it's\n");
+        assert!(matches!(
+            str(&json!("x"), Repr::Strict),
+            Ok(Cow::Borrowed("x"))
+        ));
+        assert_eq!(str(&json!(null), Repr::Strict).unwrap(), "None");
+        assert_eq!(str(&json!(1.0), Repr::Strict).unwrap(), "1.0");
+        assert_eq!(repr(&json!("x")), "'x'");
+        // A string with a version-dependent code point is itself under str(),
+        // but not inside a container.
+        assert_eq!(str(&json!("\u{378}"), Repr::Strict).unwrap(), "\u{378}");
+        assert_eq!(
+            str(&json!({"\u{378}": 1}), Repr::Strict),
+            Err(VersionDependent('\u{378}'))
+        );
+        assert_eq!(repr(&json!({"\u{378}": 1})), r"{'\u0378': 1}");
+    }
+
+    #[test]
     fn float_repr_matches_python() {
         for (f, want) in [
             (1.0, "1.0"),
@@ -469,6 +848,135 @@ mod tests {
             let mut s = String::new();
             push_float_repr(&mut s, f);
             assert_eq!(s, want);
+        }
+    }
+
+    /// `float(t)` for each `t` below under Python 3.11.7, 3.12.1 and 3.13.0
+    /// (all three agree): the value, or `None` where it raised ValueError.
+    #[test]
+    fn float_of_str_matches_python() {
+        for (t, want) in [
+            ("\u{1c}1.5", None),
+            ("1.5\u{1f}", None),
+            (" 1.5 ", Some(1.5)),
+            ("\t1.5\n", Some(1.5)),
+            ("\u{b}1.5\u{c}", Some(1.5)),
+            ("\u{85}1.5", Some(1.5)),
+            ("\u{a0}1.5\u{3000}", Some(1.5)),
+            ("\u{200b}1.5", None),
+            ("\u{1c}1.5\u{a0}", None),
+            ("١.٥", Some(1.5)),
+            ("1_0.5", Some(10.5)),
+            ("1__0", None),
+            ("_1", None),
+            ("1_", None),
+            ("1_.5", None),
+            ("+-inf", None),
+            (" inf ", Some(f64::INFINITY)),
+            ("+Infinity", Some(f64::INFINITY)),
+            ("-iNf", Some(f64::NEG_INFINITY)),
+            ("1e5", Some(100000.0)),
+            (".5", Some(0.5)),
+            ("5.", Some(5.0)),
+            ("1e400", Some(f64::INFINITY)),
+            ("0x10", None),
+            ("", None),
+            (" ", None),
+            ("\u{1c}\u{a0}1.5", None),
+        ] {
+            assert_eq!(float_of_str(t), want, "{t:?}");
+        }
+        for t in ["nan", "-NaN", "+nan"] {
+            assert!(float_of_str(t).is_some_and(f64::is_nan), "{t:?}");
+        }
+    }
+
+    /// pydantic 2.14.4 (pydantic-core 2.50.5), TypeAdapter(float).validate_python(t).
+    #[test]
+    fn lax_float_of_str_matches_pydantic() {
+        for (t, want) in [
+            (" 0.5 ", Some(0.5)),
+            ("\u{1c}0.5", None),
+            ("0.5\u{85}", Some(0.5)),
+            ("\u{a0}0.5", Some(0.5)),
+            ("0_0.5", Some(0.5)),
+            (" 0_0.5", None),
+            ("0_.5", Some(0.5)),
+            ("٠.٥", None),
+            ("+.5", Some(0.5)),
+            ("5e-1", Some(0.5)),
+            (" inf", Some(f64::INFINITY)),
+            ("0.5\u{b}", Some(0.5)),
+        ] {
+            assert_eq!(lax_float_of_str(t), want, "{t:?}");
+        }
+        assert!(lax_float_of_str("nan").is_some_and(f64::is_nan));
+    }
+
+    /// pydantic 2.14.4 / pydantic-core 2.50.5: `TypeAdapter(int).validate_python(v)`
+    /// for each `v` below (`None`: it raised). Also compared on 100,896
+    /// generated strings (every string of up to 4 of `05_.-+ `, and random ones
+    /// with U+001C, U+00A0, U+0665, tabs, `e`, `x`): no difference but
+    /// integers past i128, which pydantic reads and `lax_int` refuses.
+    #[test]
+    fn lax_int_matches_pydantic() {
+        for (v, want) in [
+            (json!("0-5"), Some(-5)),
+            (json!(" 0_5 "), Some(5)),
+            (json!("+5.00"), Some(5)),
+            (json!("1_0.0"), Some(10)),
+            (json!("5."), None),
+            (json!("1e3"), None),
+            (json!("\u{665}"), None),
+            (json!("\u{1c}5"), None),
+            (json!("\u{85}5"), Some(5)),
+            (json!("\u{a0}5\u{3000}"), Some(5)),
+            (json!("5\u{1f}"), None),
+            (json!("-0.0"), Some(0)),
+            (json!("00"), Some(0)),
+            (json!("+-1"), None),
+            (json!("-+1"), None),
+            (json!("--1"), None),
+            (json!("1__0"), None),
+            (json!("5_000.000_0"), None),
+            (json!(" -7 "), Some(-7)),
+            (json!("0x10"), None),
+            (json!(9.2e18), Some(9_200_000_000_000_000_000)),
+            (json!(-9.2e18), Some(-9_200_000_000_000_000_000)),
+            (json!(9_223_372_036_854_775_808.0_f64), None), // 2**63
+            (json!(-9_223_372_036_854_775_808.0_f64), None),
+            (json!(5.0), Some(5)),
+            (json!(-0.0), Some(0)),
+            (json!(1e300), None),
+            (json!(2.5), None),
+            (json!(true), Some(1)),
+            (json!(false), Some(0)),
+        ] {
+            assert_eq!(lax_int(&v), want, "{v}");
+        }
+    }
+
+    /// pydantic 2.14.4: `TypeAdapter(bool).validate_python(v)`; no stripping at all.
+    #[test]
+    fn lax_bool_matches_pydantic() {
+        for (v, want) in [
+            (json!(0), Some(false)),
+            (json!(1), Some(true)),
+            (json!(2), None),
+            (json!(0.0), Some(false)),
+            (json!(1.0), Some(true)),
+            (json!(-0.0), Some(false)),
+            (json!(0.5), None),
+            (json!(" 1"), None),
+            (json!("\u{1c}yes"), None),
+            (json!("YES"), Some(true)),
+            (json!("oN"), Some(true)),
+            (json!("F"), Some(false)),
+            (json!("n"), Some(false)),
+            (json!(""), None),
+            (json!("\u{212a}"), None),
+        ] {
+            assert_eq!(lax_bool(&v), want, "{v}");
         }
     }
 

@@ -250,7 +250,7 @@ fn create_responses(request: &ResponsesRequest<'_>) -> Result<EffectiveChoice, C
             .any(|t| callable(t) && t.name.is_some_and(|n| Value::String(n.into()) == *name))
         {
             return Err(invalid_param(
-                format!("Tool {} is not declared in tools", py_repr_str(name)),
+                format!("Tool {} is not declared in tools", py::repr(name)),
                 "tool_choice",
             ));
         }
@@ -275,7 +275,9 @@ fn make_request(
         ));
     }
 
-    let chat_tools: Vec<Value> = request.tools.iter().filter_map(chat_tool).collect();
+    let chat_tools = (request.tools.iter())
+        .filter_map(|t| chat_tool(t).transpose())
+        .collect::<Result<Vec<Value>, CountError>>()?;
     let chat_tool_choice = if chat_tools.is_empty() {
         Value::String("none".into())
     } else {
@@ -438,29 +440,21 @@ fn effective_tool_choice(choice: &Value) -> Result<EffectiveChoice, CountError> 
     }
 }
 
-/// Python's `repr()` of a tool-choice name, for SGLang's error message.
-fn py_repr_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("'{s}'"),
-        other => other.to_string(),
-    }
-}
-
 /// `_response_tools_to_chat_tools` for one tool (no `--tool-call-parser`):
 /// `Tool(type="function", function=Function(name=..., description=...,
 /// parameters=..., strict=..., defer_loading=None))`. The keys are in the
 /// order of those keyword arguments, which is the order `Function` dumps.
-fn chat_tool(t: &ResponseTool<'_>) -> Option<Value> {
+fn chat_tool(t: &ResponseTool<'_>) -> Result<Option<Value>, CountError> {
     let (description, parameters) = match t.kind {
         "function" => (
             t.description.map(|d| Value::String(d.into())),
             t.parameters.cloned(),
         ),
         "custom" if t.name.is_some_and(|n| !n.is_empty()) => (
-            custom_tool_description(t.description, t.format).map(Value::String),
+            custom_tool_description(t.description, t.format)?.map(Value::String),
             Some(custom_tool_parameters()),
         ),
-        _ => return None,
+        _ => return Ok(None),
     };
     let mut f = Map::new();
     f.insert("name".into(), json!(t.name));
@@ -468,7 +462,9 @@ fn chat_tool(t: &ResponseTool<'_>) -> Option<Value> {
     f.insert("parameters".into(), parameters.unwrap_or(Value::Null));
     f.insert("strict".into(), Value::Bool(t.strict));
     f.insert("defer_loading".into(), Value::Null);
-    Some(json!({"type": "function", "function": Value::Object(f)}))
+    Ok(Some(
+        json!({"type": "function", "function": Value::Object(f)}),
+    ))
 }
 
 /// `responses_adapters.custom_tool_parameters`.
@@ -486,40 +482,33 @@ fn custom_tool_parameters() -> Value {
     })
 }
 
-/// `responses_adapters.custom_tool_description`.
+/// `responses_adapters.custom_tool_description`. The format is the request's
+/// dict, so `syntax` and `definition` may be any JSON value, which the
+/// f-string prints by `str()`: exactly, or refused where that depends on the
+/// Python version (`py::Repr::Strict`).
 fn custom_tool_description(
     description: Option<&str>,
     format: Option<&Map<String, Value>>,
-) -> Option<String> {
+) -> Result<Option<String>, CountError> {
     let mut parts: Vec<String> = Vec::new();
     if let Some(d) = description.filter(|d| !d.is_empty()) {
         parts.push(d.to_owned());
     }
     if let Some(f) = format.filter(|f| f.get("type").and_then(Value::as_str) == Some("grammar")) {
-        let text = |key: &str, default: &str| match f.get(key) {
-            Some(v) if py::truthy(v) => py_str(v),
-            _ => default.to_owned(),
+        let text = |key: &str, default: &'static str| match f.get(key) {
+            Some(v) if py::truthy(v) => py::str(v, py::Repr::Strict).map_err(|e| {
+                CountError::Unsupported(format!("a custom tool's grammar format {key}: {e}"))
+            }),
+            _ => Ok(std::borrow::Cow::Borrowed(default)),
         };
-        let syntax = text("syntax", "lark");
-        let definition = text("definition", "");
+        let syntax = text("syntax", "lark")?;
+        let definition = text("definition", "")?;
         parts.push(format!(
             "The payload must conform to this {syntax} grammar:\n{definition}"
         ));
     }
     let joined = parts.join("\n\n");
-    (!joined.is_empty()).then_some(joined)
-}
-
-/// Python `str()` of a JSON scalar in an f-string; containers print as JSON
-/// (close to, not exactly, Python's repr; only reachable with odd tool formats).
-fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Bool(true) => "True".into(),
-        Value::Bool(false) => "False".into(),
-        Value::Null => "None".into(),
-        other => other.to_string(),
-    }
+    Ok((!joined.is_empty()).then_some(joined))
 }
 
 fn construct_input_messages(
@@ -660,7 +649,7 @@ fn normalize_item(item: &Map<String, Value>) -> Result<Option<Value>, CountError
         Some(other) => Err(invalid_param(
             format!(
                 "Unsupported Responses API input item type: {}",
-                py_repr_str(other)
+                py::repr(other)
             ),
             "input",
         )),
@@ -922,6 +911,33 @@ fn as_parts(c: &Value) -> Vec<Value> {
 #[cfg(test)]
 mod arguments_tests {
     use super::*;
+
+    /// `str()` of odd grammar formats, as SGLang prints them (not as JSON).
+    #[test]
+    fn custom_tool_description_prints_python_str() {
+        let describe = |d: Option<&str>, f: Value| {
+            custom_tool_description(d, f.as_object()).map(Option::unwrap_or_default)
+        };
+        // Expected: SGLang's own custom_tool_description, run as
+        //   import sglang_env  # src/count/testdata, SGLANG_SRC=<unpacked 0.5.23 wheel>
+        //   from sglang.srt.entrypoints.openai.responses_adapters import custom_tool_description
+        //   print(json.dumps(custom_tool_description(d, json.loads(f))))
+        // with the same d and f.
+        let f = json!({"type": "grammar", "syntax": ["lark", "\u{e9}\u{a0}"],
+            "definition": {"start": 1e20, "x": [1.5, null, true, "it's"]}});
+        assert_eq!(
+            describe(Some("d"), f).unwrap(),
+            "d\n\nThe payload must conform to this ['lark', '\u{e9}\\xa0'] grammar:\n{'start': 1e+20, 'x': [1.5, None, True, \"it's\"]}"
+        );
+        let f = json!({"type": "grammar", "syntax": 2.0, "definition": true});
+        assert_eq!(
+            describe(None, f).unwrap(),
+            "The payload must conform to this 2.0 grammar:\nTrue"
+        );
+        // Python 3.11 prints "['\\U0001fae8']" here, 3.12 the character itself.
+        let f = json!({"type": "grammar", "syntax": 0, "definition": ["\u{1fae8}"]});
+        assert!(matches!(describe(None, f), Err(CountError::Unsupported(_))));
+    }
 
     /// orjson reads any JSON object as a dict, serde_json's special key
     /// included: the arguments are kept, never counted as `{}`.

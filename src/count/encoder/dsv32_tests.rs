@@ -197,7 +197,7 @@ fn non_string_values_print_as_python_str() {
         "<｜begin▁of▁sentence｜><｜User｜>[1, 1.0, 1e+16, True, None, \"it's\", {'k': -0.0}]<｜Assistant｜></think>"
     );
     assert_eq!(
-        repr(&json!("a'b\"c\\\u{0}\u{a0}é😀")),
+        py::repr(&json!("a'b\"c\\\u{0}\u{a0}é😀")),
         "'a\\'b\"c\\\\\\x00\\xa0é😀'"
     );
     // repr() of a code point unassigned in Python 3.11's Unicode depends on
@@ -205,7 +205,7 @@ fn non_string_values_print_as_python_str() {
     let msgs = [json!({"role": "user", "content": ["\u{378}"]})];
     let err = encode_messages(&msgs, ThinkingMode::Chat).unwrap_err();
     assert_eq!(err.kind(), "Unmodelled");
-    assert_eq!(repr(&json!("\u{378}")), "'\\u0378'");
+    assert_eq!(py::repr(&json!("\u{378}")), "'\\u0378'");
 }
 
 #[test]

@@ -454,7 +454,7 @@ impl Dsv4 {
                 if self.spec != Spec::V41 {
                     return Err(Dsv4Error::Rejected(format!(
                         "DeepSeek-V4 reasoning_effort must be a named tier, got {}",
-                        py_repr(&v)
+                        py::repr(&v)
                     )));
                 }
                 budget = Some(parse_effort_budget(&v).map_err(Dsv4Error::Rejected)?);
@@ -838,73 +838,8 @@ fn parse_effort_budget(value: &Value) -> Result<u32, String> {
     }
     Err(format!(
         "reasoning_effort={} is outside the integer budget [1, 100] and the float range [0, 0.99]",
-        py_repr(value)
+        py::repr(value)
     ))
-}
-
-/// Python's `repr` of a value parsed from JSON (for error messages).
-fn py_repr(v: &Value) -> String {
-    let mut out = String::new();
-    push_repr(&mut out, v);
-    out
-}
-
-fn push_repr(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push_str("None"),
-        Value::Bool(b) => out.push_str(if *b { "True" } else { "False" }),
-        Value::Number(n) => match n.as_f64().filter(|_| n.is_f64()) {
-            Some(f) => py::push_float_repr(out, f),
-            None => out.push_str(&n.to_string()),
-        },
-        Value::String(s) => {
-            let quote = if s.contains('\'') && !s.contains('"') {
-                '"'
-            } else {
-                '\''
-            };
-            out.push(quote);
-            for c in s.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    '\t' => out.push_str("\\t"),
-                    c if c == quote => {
-                        out.push('\\');
-                        out.push(c);
-                    }
-                    c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                        out.push_str(&format!("\\x{:02x}", c as u32));
-                    }
-                    c => out.push(c),
-                }
-            }
-            out.push(quote);
-        }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_repr(out, x);
-            }
-            out.push(']');
-        }
-        Value::Object(o) => {
-            out.push('{');
-            for (i, (k, x)) in o.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_repr(out, &Value::String(k.clone()));
-                out.push_str(": ");
-                push_repr(out, x);
-            }
-            out.push('}');
-        }
-    }
 }
 
 #[cfg(test)]

@@ -177,9 +177,16 @@ fn effort_parsing() {
         Ok(Effort::Tier("high".into()))
     );
     assert!(numeric_effort(&json!("\u{663}")).is_err());
+    // python3 -c 'print(repr([1, "a'"'"'b", 0.5, True, None, {"k": "\xa0é\x85\u200b"}]))'
     assert_eq!(
-        py_repr(&json!([1, "a'b", 0.5, true, null, {"k": "v"}])),
-        "[1, \"a'b\", 0.5, True, None, {'k': 'v'}]"
+        py::repr(&json!([1, "a'b", 0.5, true, null, {"k": "\u{a0}é\u{85}\u{200b}"}])),
+        r#"[1, "a'b", 0.5, True, None, {'k': '\xa0é\x85\u200b'}]"#
+    );
+    // SGLang's own message (sglang_env, then
+    // deepseek_recipe_renderer.parse_effort_budget({"k": "\xa0é"})):
+    assert_eq!(
+        parse_effort_budget(&json!({"k": "\u{a0}é"})),
+        Err(r"reasoning_effort={'k': '\xa0é'} is outside the integer budget [1, 100] and the float range [0, 0.99]".into())
     );
 }
 

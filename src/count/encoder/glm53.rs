@@ -14,9 +14,10 @@
 //! raises, the port returns [`Glm53Error::Raised`] with the exception SGLang
 //! ends with (under CPython 3.11, as the goldens were made: see
 //! `duplicate_keyword`); where it would render something the port does not
-//! reproduce (a `repr()` of non-ASCII text, a batched conversation, a
-//! `tool_reference` name compared with an int beyond 2**53), it returns
-//! [`Glm53Error::Unmodelled`], never a different string.
+//! reproduce (a `repr()` holding a code point unassigned in Unicode 14.0,
+//! which the Pythons SGLang runs on print differently, a batched
+//! conversation, a `tool_reference` name compared with an int beyond 2**53),
+//! it returns [`Glm53Error::Unmodelled`], never a different string.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -210,90 +211,11 @@ fn py_iter(v: &Value) -> R<Vec<Cow<'_, Value>>> {
     }
 }
 
-/// `str(v)`.
+/// `str(v)`: `py::str` in Strict mode, refusing a `repr()` whose output
+/// depends on the Python version.
 fn py_str(v: &Value) -> R<Cow<'_, str>> {
-    match v {
-        Value::String(s) => Ok(Cow::Borrowed(s)),
-        _ => {
-            let mut out = String::new();
-            push_repr(&mut out, v)?;
-            Ok(Cow::Owned(out))
-        }
-    }
-}
-
-/// `repr(v)` for a value parsed from JSON. Strings with non-ASCII characters
-/// are refused: Python keeps those `str.isprintable()` counts printable and
-/// escapes the rest, by Unicode tables this port does not carry.
-fn push_repr(out: &mut String, v: &Value) -> R<()> {
-    match v {
-        Value::Null => out.push_str("None"),
-        Value::Bool(true) => out.push_str("True"),
-        Value::Bool(false) => out.push_str("False"),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                let _ = write!(out, "{i}");
-            } else if let Some(u) = n.as_u64() {
-                let _ = write!(out, "{u}");
-            } else {
-                py::push_float_repr(out, n.as_f64().unwrap_or(f64::NAN));
-            }
-        }
-        Value::String(s) => {
-            if !s.is_ascii() {
-                return Err(Glm53Error::Unmodelled(
-                    "the template would print the repr() of a structure holding non-ASCII text"
-                        .into(),
-                ));
-            }
-            let quote = if s.contains('\'') && !s.contains('"') {
-                '"'
-            } else {
-                '\''
-            };
-            out.push(quote);
-            for c in s.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '\t' => out.push_str("\\t"),
-                    '\n' => out.push_str("\\n"),
-                    '\r' => out.push_str("\\r"),
-                    c if c == quote => {
-                        out.push('\\');
-                        out.push(c);
-                    }
-                    c if c < ' ' || c == '\x7f' => {
-                        let _ = write!(out, "\\x{:02x}", c as u32);
-                    }
-                    c => out.push(c),
-                }
-            }
-            out.push(quote);
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_repr(out, item)?;
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            out.push('{');
-            for (i, (k, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_repr(out, &Value::String(k.clone()))?;
-                out.push_str(": ");
-                push_repr(out, item)?;
-            }
-            out.push('}');
-        }
-    }
-    Ok(())
+    py::str(v, py::Repr::Strict)
+        .map_err(|e| Glm53Error::Unmodelled(format!("the template would print the {e}")))
 }
 
 /// Whether every number in `v` is exact as an `f64` (`py::eq` compares
@@ -341,12 +263,10 @@ fn get_is(obj: &Value, key: &str, s: &str) -> bool {
 /// instead of a 500, a failed request either way.)
 fn duplicate_keyword(function: &str, key: &str, handling: bool) -> Glm53Error {
     if handling {
-        let mut message = String::new();
-        // str(KeyError(key)) is repr(key); the keys that collide are ASCII names.
-        let _ = push_repr(&mut message, &Value::String(key.to_string()));
+        // str(KeyError(key)) is repr(key).
         Glm53Error::Raised {
             exception: "KeyError",
-            message,
+            message: py::repr(&Value::String(key.to_string())),
         }
     } else {
         Glm53Error::Raised {

@@ -155,10 +155,13 @@ impl Encoder {
 }
 
 /// `--chat-template FILE.jinja` as `TemplateManager._load_jinja_template`
-/// loads it: the file with surrounding newlines stripped and every literal
-/// `\n` (backslash, n) turned into a newline.
+/// loads it (`"".join(open(path, "r").readlines()).strip("\n")`, then
+/// `.replace("\\n", "\n")`): read in text mode, so `\r\n` and a lone `\r`
+/// become `\n` (universal newlines); surrounding newlines stripped; every
+/// literal `\n` (backslash, n) turned into a newline.
 pub fn load_jinja_file(path: &str) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let text = crate::count::py::universal_newlines(text);
     Ok(text.trim_matches('\n').replace("\\n", "\n"))
 }
 
@@ -484,5 +487,20 @@ fn modelled(encoder: &str) -> Result<(), String> {
         other => Err(format!(
             "the `{other}` encoder is not modelled by this build"
         )),
+    }
+}
+
+#[cfg(test)]
+mod load_tests {
+    /// python3 -c 'open("t.jinja", "wb").write(b"\r\n{{ x }}\r\nA\rB\\n\r\n\r");
+    /// print(repr("".join(open("t.jinja", "r").readlines()).strip("\n").replace("\\n", "\n")))'
+    /// prints '{{ x }}\nA\nB\n'.
+    #[test]
+    fn a_jinja_file_is_read_with_universal_newlines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jinja");
+        std::fs::write(&path, b"\r\n{{ x }}\r\nA\rB\\n\r\n\r").unwrap();
+        let got = super::load_jinja_file(path.to_str().unwrap()).unwrap();
+        assert_eq!(got, "{{ x }}\nA\nB\n");
     }
 }

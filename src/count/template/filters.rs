@@ -14,6 +14,7 @@ use super::pyrepr;
 use super::pysort;
 use super::tojson::{self, py_type_name};
 use super::unicode;
+use crate::count::py;
 
 pub fn install(env: &mut Environment<'static>) {
     for name in ["split", "lines", "chain", "zip", "bool"] {
@@ -312,7 +313,9 @@ fn items(v: &Value) -> Result<Value, Error> {
 /// Python's `int(str, base)`: surrounding whitespace, a sign, an optional
 /// base prefix and single underscores between digits.
 fn parse_py_int(s: &str, base: u32) -> Option<i128> {
-    let s = unicode::strip(s);
+    // Whitespace and Unicode digits as `int()` takes them (not `str.strip()`).
+    let s = py::number_text(s)?;
+    let s = s.as_ref();
     let (neg, body) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
         Some(b'+') => (false, &s[1..]),
@@ -357,34 +360,6 @@ fn parse_py_int(s: &str, base: u32) -> Option<i128> {
     Some(if neg { -v } else { v })
 }
 
-/// Python's `float(str)`.
-fn parse_py_float(s: &str) -> Option<f64> {
-    let s = unicode::strip(s);
-    let lower = s.to_ascii_lowercase();
-    let body = lower.trim_start_matches(['+', '-']);
-    if matches!(body, "inf" | "infinity" | "nan") {
-        return lower.parse::<f64>().ok();
-    }
-    if !s
-        .bytes()
-        .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E' | b'_'))
-    {
-        return None;
-    }
-    let bytes = s.as_bytes();
-    for (i, &b) in bytes.iter().enumerate() {
-        if b == b'_' {
-            let ok = i > 0
-                && bytes[i - 1].is_ascii_digit()
-                && bytes.get(i + 1).is_some_and(u8::is_ascii_digit);
-            if !ok {
-                return None;
-            }
-        }
-    }
-    s.replace('_', "").parse::<f64>().ok()
-}
-
 fn float_to_int(f: f64) -> Result<Option<Value>, Error> {
     if f.is_nan() {
         return Ok(None);
@@ -420,7 +395,7 @@ fn int(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             let s = value.as_str().unwrap_or_default();
             match u32::try_from(base).ok().and_then(|b| parse_py_int(s, b)) {
                 Some(i) => Some(Value::from(i)),
-                None => match parse_py_float(s) {
+                None => match py::float_of_str(s) {
                     Some(f) => float_to_int(f)?,
                     None => None,
                 },
@@ -439,7 +414,7 @@ fn float(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     Ok(match value.kind() {
         ValueKind::Bool => Value::from(if value.is_true() { 1.0 } else { 0.0 }),
         ValueKind::Number => Value::from(f64::try_from(value.clone()).unwrap_or(f64::NAN)),
-        ValueKind::String => match parse_py_float(value.as_str().unwrap_or_default()) {
+        ValueKind::String => match py::float_of_str(value.as_str().unwrap_or_default()) {
             Some(f) => Value::from(f),
             None => default,
         },

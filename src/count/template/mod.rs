@@ -7,7 +7,7 @@
 //!   `{% generation %}`, string-literal escapes);
 //! * `pyrepr`, `pyobj`: Python `str()`/`repr()` printing;
 //! * `tojson`: `json.dumps`;
-//! * `methods`, `unicode`: CPython str/dict/list methods on Unicode 14;
+//! * `methods` (with `count::unicode`): CPython str/dict/list methods on Unicode 14;
 //! * `filters`, `pysort`, `pyformat`: Jinja2's filters, tests and globals,
 //!   Python sorting and `%`/`str.format` formatting;
 //! * `strftime`: `strftime_now` as CPython on glibc;
@@ -28,9 +28,6 @@ mod pysort;
 mod source;
 mod strftime;
 mod tojson;
-mod unicode;
-#[rustfmt::skip]
-mod unicode_tables;
 
 #[cfg(test)]
 #[rustfmt::skip]
@@ -42,6 +39,9 @@ mod tests;
 mod unit_refs;
 
 use std::cell::Cell;
+
+// CPython 3.11's str methods and printability, shared with `count::py`.
+use super::unicode;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::ValueKind;
@@ -202,13 +202,6 @@ impl ChatTemplate {
         NOW.with(|n| n.set(previous));
         rv.map_err(map_error)
     }
-}
-
-/// Python's `repr(str)`.
-pub fn py_str_repr(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    pyrepr::push_str_repr(&mut out, s);
-    out
 }
 
 /// SGLang's `detect_jinja_template_content_format`.

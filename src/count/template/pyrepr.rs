@@ -7,7 +7,7 @@ use std::sync::Arc;
 use minijinja::value::{Enumerator, Object, ObjectRepr, Tuple, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
-use super::unicode;
+use crate::count::py;
 
 /// Python raises RecursionError at about this depth (its recursion limit of
 /// 1000 minus the frames rendering takes), long before Rust would overflow
@@ -21,45 +21,13 @@ pub fn recursion_error() -> Error {
     )
 }
 
-pub use crate::count::py::push_float_repr;
+pub use py::push_float_repr;
 
-/// `repr(str)`: single quotes unless the text has `'` and no `"`;
-/// non-printable characters escaped by CPython's rule.
+/// `repr(str)`: `py::push_str_repr` as CPython 3.11 prints it, as every
+/// str method of the renderer follows CPython 3.11 (`count::unicode`).
 pub fn push_str_repr(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.reserve(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c == '\x7f' => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c if c.is_ascii() || unicode::is_printable(c) => out.push(c),
-            c => {
-                let cp = c as u32;
-                let _ = if cp <= 0xff {
-                    write!(out, "\\x{cp:02x}")
-                } else if cp <= 0xffff {
-                    write!(out, "\\u{cp:04x}")
-                } else {
-                    write!(out, "\\U{cp:08x}")
-                };
-            }
-        }
-    }
-    out.push(quote);
+    // Py311 mode refuses nothing.
+    let _ = py::push_str_repr(out, s, py::Repr::Py311);
 }
 
 fn number_f64(v: &Value) -> Option<f64> {

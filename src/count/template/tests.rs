@@ -496,7 +496,7 @@ fn chat_template_is_send_and_sync() {
 
 #[test]
 fn unicode_ascii_fast_paths_agree_with_tables() {
-    use super::unicode_tables as t;
+    use crate::count::unicode_tables as t;
     let in_table = |table: &[(u32, u32)], c: char| {
         table
             .iter()

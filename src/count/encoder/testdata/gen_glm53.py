@@ -23,7 +23,7 @@ Writes src/count/encoder/testdata/glm53_expected.json. Its render cases are
 * `{"error": {"type", "message"}}`: the request fails with that exception;
 * `{"refuse": true, "python": ...}`: Python's result is recorded, but the Rust
   port refuses the input on purpose (see glm53.rs: batched conversations,
-  `repr()` of non-ASCII strings).
+  `repr()` of code points unassigned in Unicode 14.0).
 
 Inputs are what `OpenAIServingChat._render_and_encode_chat_template` receives
 (messages after SGLang's preprocessing, `tool.model_dump()` tools, template
@@ -447,8 +447,15 @@ case("content_missing", [{"role": "user"}, {"role": "system"}, {"role": "assista
 case("content_dict", [U({}), U({"a": "b"}), S({"k": [1, 2.5, None, True, {"n": {}}]})])
 case("content_dict_quotes", [U({"q1": "it's", "q2": 'say "x"', "q3": "both ' and \"", "q4": "\\ \n\r\t\x01\x7f"})])
 case("content_dict_floats", [U({"f": [1e16, 1e15, 1.5e-5, 0.0001, -0.0, 123.456, 1e-7, 2.0**70]})])
-case("content_dict_nonascii", [U({"k": "é"})], refuse=True)
-case("content_list_nonascii_repr", [U([{"type": "text", "text": ["中"]}])], refuse=True)
+case("content_dict_nonascii", [U({"k": "é"})])
+case("content_list_nonascii_repr", [U([{"type": "text", "text": ["中"]}])])
+# repr() escapes what str.isprintable() rejects, by CPython's Unicode tables.
+case("content_dict_unprintable", [U({"k": "\x85\xa0\xad\u200b\u2028\u3000\ue000\ufeff\U000e0001\U0010fffd 中é😀",
+                                     "é'": ["\t\x7f\x1c", 'q"\'']})])
+# Unassigned in Unicode 14.0: Python 3.11 escapes it, 3.12 and 3.13 (Unicode
+# 15.0, 15.1) print it, so the port refuses it (py::Repr::Strict).
+case("content_dict_unassigned_14", [U({"k": "\U0001fae8"})], refuse=True)
+case("content_list_unassigned_14", [U([{"type": "text", "text": ["\u0378"]}])], refuse=True)
 
 # Reasoning in history.
 case("reasoning_field", [U("2+2?"), A("4", reasoning_content="Adding."), U("3+3?")])

@@ -25,6 +25,9 @@ BASE = {
     "nested": [[1, [2, [3]]], {"k": [{}]}], "empty_l": [], "empty_d": {},
     "html": "<a href='x'>&\"</a>", "path": "/a b/c?d=e&f",
     "uni_key": {"\u00e9": "\u4e2d", "k": "\U0001F600"},
+    # int()/float() strip ASCII and Unicode whitespace but not U+001C..U+001F, and read Unicode digits.
+    "num_ws": ["\x1c5", "5\x1f", "\x855", "\xa05\u3000", "\u200b5", "\u0665", "\x1c5\xa0", "\t5\x0b",
+               "\u0661.\u0665", "1_0.5", "1_.5", " -0_7 "],
     "np_list": ["\u200b", "\u00a0", "\x7f", 1e-05, 1e16, -0.0, {"k": "\u2028"}],
     "tool": {"type": "function", "function": {"name": "get_weather", "description": "Get <weather> & stuff", "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer", "default": 1.0}}, "required": ["city"]}}},
 }
@@ -137,6 +140,7 @@ SNIPPETS = [
     "{{ missing|default('d') }}|{{ n|default('d') }}|{{ ''|default('d', true) }}|{{ missing|d('x') }}|{{ 0|default(5, boolean=true) }}",
     "{{ '42'|int }}|{{ '3.7'|int }}|{{ 'abc'|int }}|{{ '0x1f'|int(base=16) }}|{{ ' 12 '|int }}|{{ '1_000'|int }}|{{ n|int }}|{{ t|int }}|{{ 3.9|int }}|{{ -3.9|int }}|{{ 'abc'|int(7) }}|{{ '1e3'|int }}|{{ '0b101'|int(0, 2) }}|{{ '+5'|int }}|{{ '--5'|int }}",
     "{{ '1.5'|float }}|{{ 'x'|float }}|{{ 2|float }}|{{ t|float }}|{{ n|float }}|{{ 'inf'|float }}|{{ 'nan'|float }}|{{ ' 1e-5 '|float }}|{{ 'x'|float(9) }}",
+    "{{ num_ws|map('int')|list }}|{{ num_ws|map('float')|list }}",
     "{{ 'abc'|list }}|{{ d|list }}|{{ nums|list }}|{{ missing|list }}|{{ (1, 2)|list }}",
     "{{ n|list }}",
     "{{ nums|join(', ') }}|{{ lst|join }}|{{ msgs|join('|', attribute='role') }}|{{ 'abc'|join('-') }}|{{ d|join(',') }}|{{ [1.0, tiny, t]|join(' ') }}",
