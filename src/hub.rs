@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// `config.json` carries the architecture, which selects the chat encoder
 /// (DeepSeek-V3.2/V4, GLM-5.3, harmony on gpt-oss) when the server does not
 /// state it; `chat_template.json` is the processor's template, which a
-/// multimodal server prefers.
+/// multimodal server prefers. `additional_chat_templates/*.jinja` are
+/// listed and fetched too (see [`download`]).
 const REQUIRED: &[&str] = &["tokenizer_config.json"];
 const OPTIONAL: &[&str] = &[
     "tokenizer.json",
@@ -157,7 +158,12 @@ async fn download(
             url: settings.endpoint.clone(),
             message: e.to_string(),
         })?;
-    let mut files: Vec<(&str, bytes::Bytes)> = Vec::new();
+    let get = |url: String| Fetch {
+        client: &client,
+        token: settings.token.as_deref(),
+        url,
+    };
+    let mut files: Vec<(String, bytes::Bytes)> = Vec::new();
     let mut commit: Option<String> = None;
     for (name, required) in REQUIRED
         .iter()
@@ -167,31 +173,39 @@ async fn download(
         // Later files are fetched at the commit the first one resolved to, so a
         // push to the branch mid-download cannot mix two revisions.
         let rev = commit.as_deref().unwrap_or(revision);
-        let url = format!("{}/{}/resolve/{}/{}", settings.endpoint, repo, rev, name);
-        let mut req = client.get(&url);
-        if let Some(token) = &settings.token {
-            req = req.bearer_auth(token);
-        }
-        let err = |message: String| HubError::Download {
-            url: url.clone(),
-            message,
-        };
-        let resp = req.send().await.map_err(|e| err(e.to_string()))?;
-        if resp.status() == reqwest::StatusCode::NOT_FOUND && !required {
+        let fetch = get(format!(
+            "{}/{}/resolve/{}/{}",
+            settings.endpoint, repo, rev, name
+        ));
+        let Some((data, at)) = fetch.send(required).await? else {
             continue;
-        }
-        if !resp.status().is_success() {
-            return Err(err(format!("HTTP {}", resp.status())));
-        }
+        };
         if commit.is_none() {
-            commit = resp
-                .headers()
-                .get("x-repo-commit")
-                .and_then(|v| v.to_str().ok())
-                .filter(|c| is_commit_hash(c))
-                .map(str::to_string);
+            commit = at;
         }
-        files.push((name, resp.bytes().await.map_err(|e| err(e.to_string()))?));
+        files.push((name.to_string(), data));
+    }
+    // transformers lists `additional_chat_templates/` (`list_repo_templates`)
+    // and loads each `*.jinja` in it as a named template, in place of the
+    // config's: they change the prompt as much as `chat_template.jinja`.
+    let rev = commit.as_deref().unwrap_or(revision).to_string();
+    let listing = get(format!(
+        "{}/api/models/{}/tree/{}/{}",
+        settings.endpoint, repo, rev, ADDITIONAL_CHAT_TEMPLATES
+    ));
+    if let Some((data, _)) = listing.send(false).await? {
+        for name in template_names(&data).map_err(|message| listing.error(message))? {
+            let path = format!("{ADDITIONAL_CHAT_TEMPLATES}/{name}");
+            let fetch = get(format!(
+                "{}/{}/resolve/{}/{}",
+                settings.endpoint, repo, rev, path
+            ));
+            let (data, _) = fetch
+                .send(true)
+                .await?
+                .expect("a required file or an error");
+            files.push((path, data));
+        }
     }
     // Without a commit header, name the snapshot after the revision (as
     // huggingface_hub does for non-hash refs it cannot resolve).
@@ -201,12 +215,15 @@ async fn download(
         path: path.display().to_string(),
         source,
     };
-    std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
     for (name, data) in files {
+        let target = dir.join(&name);
+        let parent = target.parent().expect("a file in the snapshot");
+        std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
         // Write then rename, so a crash never leaves a truncated tokenizer in the cache.
-        let tmp = dir.join(format!(".{name}.partial"));
+        let file_name = target.file_name().expect("a file name").to_string_lossy();
+        let tmp = parent.join(format!(".{file_name}.partial"));
         std::fs::write(&tmp, &data).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, dir.join(name)).map_err(|e| io(&dir, e))?;
+        std::fs::rename(&tmp, &target).map_err(|e| io(parent, e))?;
     }
     let refs = repo_dir.join("refs");
     std::fs::create_dir_all(&refs).map_err(|e| io(&refs, e))?;
@@ -214,6 +231,88 @@ async fn download(
         std::fs::write(refs.join(revision), &commit).map_err(|e| io(&refs, e))?;
     }
     Ok(dir)
+}
+
+/// transformers' `CHAT_TEMPLATE_DIR`.
+const ADDITIONAL_CHAT_TEMPLATES: &str = "additional_chat_templates";
+
+/// One GET to the Hub.
+struct Fetch<'a> {
+    client: &'a reqwest::Client,
+    token: Option<&'a str>,
+    url: String,
+}
+
+impl Fetch<'_> {
+    fn error(&self, message: String) -> HubError {
+        HubError::Download {
+            url: self.url.clone(),
+            message,
+        }
+    }
+
+    /// The body and the commit the Hub resolved the revision to; `None` for
+    /// a 404 of something optional.
+    async fn send(
+        &self,
+        required: bool,
+    ) -> Result<Option<(bytes::Bytes, Option<String>)>, HubError> {
+        let mut req = self.client.get(&self.url);
+        if let Some(token) = self.token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.map_err(|e| self.error(e.to_string()))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND && !required {
+            return Ok(None);
+        }
+        if !resp.status().is_success() {
+            return Err(self.error(format!("HTTP {}", resp.status())));
+        }
+        let commit = resp
+            .headers()
+            .get("x-repo-commit")
+            .and_then(|v| v.to_str().ok())
+            .filter(|c| is_commit_hash(c))
+            .map(str::to_string);
+        let body = resp.bytes().await.map_err(|e| self.error(e.to_string()))?;
+        Ok(Some((body, commit)))
+    }
+}
+
+/// The `*.jinja` files of a Hub tree listing of `additional_chat_templates/`
+/// (`[{"type": "file", "path": "additional_chat_templates/x.jinja"}, ...]`).
+/// A listing the guard cannot read, or a name that is not a plain file
+/// name, fails the download: a template it skipped could be the one
+/// SGLang renders with.
+fn template_names(listing: &[u8]) -> Result<Vec<String>, String> {
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(listing)
+        .map_err(|e| format!("the additional_chat_templates/ listing is not a JSON list: {e}"))?;
+    let mut names = Vec::new();
+    for entry in &entries {
+        let path = entry["path"].as_str().unwrap_or_default();
+        let Some(name) = path
+            .strip_prefix(ADDITIONAL_CHAT_TEMPLATES)
+            .and_then(|p| p.strip_prefix('/'))
+        else {
+            return Err(format!(
+                "the additional_chat_templates/ listing names `{path}`"
+            ));
+        };
+        if entry["type"] != "file" || !name.ends_with(".jinja") {
+            continue;
+        }
+        let plain = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && !name.starts_with('.');
+        if !plain {
+            return Err(format!(
+                "additional_chat_templates/{name}: not a plain file name"
+            ));
+        }
+        names.push(name.to_string());
+    }
+    Ok(names)
 }
 
 #[cfg(test)]

@@ -38,9 +38,39 @@ async fn serve_file(
     }
 }
 
+/// The Hub's tree listing (`list_repo_tree`) of a folder: every stored
+/// file under it, as the Hub lists them; 404 for a folder with none.
+async fn serve_tree(
+    State(hub): State<Arc<Hub>>,
+    Path((org, name, rev, folder)): Path<(String, String, String, String)>,
+) -> impl IntoResponse {
+    hub.seen
+        .lock()
+        .unwrap()
+        .push((format!("tree {org}/{name}@{rev}/{folder}"), None));
+    let prefix = format!("{org}/{name}/{folder}/");
+    let entries: Vec<serde_json::Value> = hub
+        .files
+        .keys()
+        .filter_map(|k| {
+            k.strip_prefix(&format!("{org}/{name}/"))
+                .filter(|_| k.starts_with(&prefix))
+        })
+        .map(|path| serde_json::json!({"type": "file", "oid": "0", "size": 1, "path": path}))
+        .collect();
+    if entries.is_empty() || rev != COMMIT {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    axum::Json(entries).into_response()
+}
+
 async fn start(hub: Arc<Hub>) -> String {
     let app = axum::Router::new()
-        .route("/{org}/{name}/resolve/{rev}/{file}", get(serve_file))
+        .route("/{org}/{name}/resolve/{rev}/{*file}", get(serve_file))
+        .route(
+            "/api/models/{org}/{name}/tree/{rev}/{*folder}",
+            get(serve_tree),
+        )
         .with_state(hub);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -170,4 +200,67 @@ async fn offline_without_cache_and_missing_models_fail_clearly() {
     .await
     .unwrap_err();
     assert!(matches!(err, HubError::NotAModel(_)));
+}
+
+/// transformers lists `additional_chat_templates/` on the Hub and loads its
+/// files as named templates in place of the config's; the guard fetches
+/// them with the rest, so a Hub model counts with the templates SGLang has.
+#[tokio::test]
+async fn additional_chat_templates_are_fetched_with_the_model() {
+    let demo = tempfile::tempdir().unwrap();
+    prefill_guard::demo::write_demo_model(demo.path()).unwrap();
+    let mut hub = Hub::default();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        hub.files.insert(
+            format!("acme/named/{f}"),
+            std::fs::read(demo.path().join(f)).unwrap(),
+        );
+    }
+    hub.files
+        .insert("acme/named/chat_template.jinja".into(), b"DEFAULT".to_vec());
+    hub.files.insert(
+        "acme/named/additional_chat_templates/tool_use.jinja".into(),
+        b"TOOLS\r\n".to_vec(),
+    );
+    hub.files.insert(
+        "acme/named/additional_chat_templates/README.md".into(),
+        b"not a template".to_vec(),
+    );
+    let hub = Arc::new(hub);
+    let endpoint = start(hub.clone()).await;
+    let cache = tempfile::tempdir().unwrap();
+    let dir = resolve(
+        "acme/named",
+        "main",
+        &settings(&endpoint, cache.path(), false),
+    )
+    .await
+    .unwrap();
+    let extra = dir.join("additional_chat_templates");
+    assert_eq!(
+        std::fs::read(extra.join("tool_use.jinja")).unwrap(),
+        b"TOOLS\r\n"
+    );
+    assert!(
+        !extra.join("README.md").exists(),
+        "only templates are fetched"
+    );
+    let seen: Vec<String> = hub
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert!(
+        seen.contains(&format!(
+            "tree acme/named@{COMMIT}/additional_chat_templates"
+        )),
+        "listed at the resolved commit: {seen:?}"
+    );
+    let templates = prefill_guard::count::model::CheckpointTemplates::load(&dir).unwrap();
+    assert_eq!(
+        templates.all(),
+        [("default", "DEFAULT"), ("tool_use", "TOOLS\n")]
+    );
 }

@@ -12,6 +12,9 @@ use super::serving::Arch;
 use super::tokenizer::{read_json, TextTokenizer, TokenizerClass, TokenizerConfig};
 use super::LoadError;
 
+/// transformers' `CHAT_TEMPLATE_DIR`.
+const ADDITIONAL_CHAT_TEMPLATES: &str = "additional_chat_templates";
+
 /// The chat templates a checkpoint ships, as transformers reads them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum CheckpointTemplates {
@@ -19,8 +22,14 @@ pub enum CheckpointTemplates {
     None,
     /// `chat_template.jinja`, or a string `chat_template` in `tokenizer_config.json`.
     One(String),
-    /// A list (or dict) of named templates in `tokenizer_config.json`, in order.
+    /// A list (or dict) of named templates in `tokenizer_config.json`, in
+    /// order, or `chat_template.jinja` (as `default`, first) with the files
+    /// of `additional_chat_templates/`.
     Named(Vec<(String, String)>),
+    /// Several `additional_chat_templates/` files and no `default`: SGLang
+    /// takes the first, and their order is the directory's (`Path.glob`),
+    /// which nothing fixes. Usable only by name (`hf_chat_template_name`).
+    Unordered(Vec<(String, String)>),
 }
 
 pub struct ModelFiles {
@@ -34,6 +43,8 @@ pub struct ModelFiles {
     pub(super) processor_template: Option<String>,
     /// `config.json`'s `architectures` and `model_type` (`None`: no `config.json`).
     pub(super) arch: Option<Arch>,
+    /// The directory has `additional_chat_templates/*.jinja`.
+    pub(super) additional_templates: bool,
 }
 
 impl std::fmt::Debug for ModelFiles {
@@ -65,6 +76,13 @@ impl ModelFiles {
             None => None,
         };
         let arch = read_json(&dir.join("config.json"))?.map(|c| Arch::from_config(&c));
+        let additional_templates = std::fs::read_dir(dir.join(ADDITIONAL_CHAT_TEMPLATES))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".jinja"))
+            })
+            .unwrap_or(false);
         Ok(Self {
             tokenizer,
             config,
@@ -72,6 +90,7 @@ impl ModelFiles {
             templates,
             processor_template,
             arch,
+            additional_templates,
         })
     }
 
@@ -102,6 +121,27 @@ impl ModelFiles {
         multimodal: bool,
         name: Option<&str>,
     ) -> Result<Option<String>, String> {
+        if multimodal && self.additional_templates {
+            // The processor (`ProcessorMixin.from_pretrained`) lists the
+            // additional templates first, in directory order, and
+            // `chat_template.jinja` last; with `chat_template.json` it
+            // raises. Neither is a template the guard can name for SGLang.
+            if self.processor_template.is_some() {
+                return Err(
+                    "chat_template.json together with additional_chat_templates/: \
+                            transformers refuses to load this processor"
+                        .into(),
+                );
+            }
+            if name.is_none() {
+                return Err(
+                    "a multimodal server takes the first of additional_chat_templates/ \
+                            in directory order, which is not fixed; set hf_chat_template_name \
+                            (SGLang's --hf-chat-template-name) on both"
+                        .into(),
+                );
+            }
+        }
         if multimodal {
             if let Some(t) = &self.processor_template {
                 return Ok(Some(t.clone()));
@@ -122,6 +162,20 @@ impl ModelFiles {
                 ),
                 None => list.first().map(|(_, t)| t.clone()),
             },
+            CheckpointTemplates::Unordered(list) => match name {
+                Some(n) => Some(list.iter().find(|(k, _)| k == n).map(|(_, t)| t.clone()).ok_or_else(|| {
+                    let names: Vec<&str> = list.iter().map(|(k, _)| k.as_str()).collect();
+                    format!("Specified template '{n}' not found. Available templates: {names:?}")
+                })?),
+                None => {
+                    let names: Vec<&str> = list.iter().map(|(k, _)| k.as_str()).collect();
+                    return Err(format!(
+                        "additional_chat_templates/ holds {names:?} and there is no chat_template.jinja: \
+                         SGLang uses the first in directory order, which is not fixed; set \
+                         hf_chat_template_name (SGLang's --hf-chat-template-name) on both"
+                    ));
+                }
+            },
         })
     }
 }
@@ -138,29 +192,78 @@ impl CheckpointTemplates {
         match self {
             Self::None => Vec::new(),
             Self::One(t) => vec![("default", t.as_str())],
-            Self::Named(list) => list.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect(),
+            Self::Named(list) | Self::Unordered(list) => {
+                list.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect()
+            }
         }
     }
 }
 
-/// transformers reads `chat_template.jinja` (in text mode: universal
-/// newlines) in preference to `tokenizer_config.json`'s `chat_template`; a
-/// list of named templates becomes a dict
+/// transformers 5.19 (`PreTrainedTokenizerBase.from_pretrained`): the
+/// template files, read in text mode (universal newlines), take priority
+/// over `tokenizer_config.json`'s `chat_template`: `chat_template.jinja` is
+/// `default`, each `additional_chat_templates/NAME.jinja` is `NAME`; one
+/// `default` alone is a plain template, several a dict. Without files, a
+/// list of named templates in the config becomes a dict too
 /// (`TemplateManager._select_named_template` then picks).
 fn checkpoint_templates(
     dir: &Path,
     config: &TokenizerConfig,
 ) -> Result<CheckpointTemplates, LoadError> {
-    let path = dir.join("chat_template.jinja");
-    match std::fs::read_to_string(&path) {
-        Ok(s) => return Ok(CheckpointTemplates::One(super::py::universal_newlines(s))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(LoadError::Io {
-                path: path.display().to_string(),
-                source: e,
-            })
+    let io = |path: &Path, source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let read = |path: &Path| -> Result<Option<String>, LoadError> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => Ok(Some(super::py::universal_newlines(s))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(path, e)),
         }
+    };
+    let mut files: Vec<(String, String)> = Vec::new();
+    if let Some(t) = read(&dir.join("chat_template.jinja"))? {
+        files.push(("default".into(), t));
+    }
+    let has_default = !files.is_empty();
+    let extra_dir = dir.join(ADDITIONAL_CHAT_TEMPLATES);
+    let mut extra: Vec<(String, String)> = Vec::new();
+    match std::fs::read_dir(&extra_dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let path = entry.map_err(|e| io(&extra_dir, e))?.path();
+                let Some(name) = path
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_suffix(".jinja"))
+                else {
+                    continue;
+                };
+                // transformers opens every `*.jinja` entry; one it cannot
+                // read fails the tokenizer's load, and so the model's here.
+                let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+                extra.push((name.to_string(), super::py::universal_newlines(text)));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(&extra_dir, e)),
+    }
+    // Sorted so the guard's own choices never depend on the directory's
+    // order; where SGLang's does (no `default`), the model is `Unordered`.
+    extra.sort();
+    for (name, text) in extra {
+        match files.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = text,
+            None => files.push((name, text)),
+        }
+    }
+    match files.len() {
+        0 => {}
+        1 if files[0].0 == "default" => {
+            return Ok(CheckpointTemplates::One(files.remove(0).1));
+        }
+        n if n > 1 && !has_default => return Ok(CheckpointTemplates::Unordered(files)),
+        _ => return Ok(CheckpointTemplates::Named(files)),
     }
     Ok(match config.get("chat_template") {
         Some(Value::String(s)) => CheckpointTemplates::One(s.clone()),
@@ -199,5 +302,100 @@ mod tests {
         .unwrap();
         let templates = super::CheckpointTemplates::load(dir.path()).unwrap();
         assert_eq!(templates.all(), [("default", "{{ 'a' }}\n{{ 'b' }}\n\n")]);
+    }
+
+    /// Each case's expectation is what transformers 5.19 (SGLang 0.5.23's)
+    /// loads: `AutoTokenizer.from_pretrained(dir).chat_template` on a copy
+    /// of a Qwen2.5 tokenizer directory (whose `tokenizer_config.json` has
+    /// its own `chat_template`) with these files gave
+    /// `{'default': 'DEFAULT', 'tool_use': 'TOOL\n'}`, `{'x': 'X', 'y': 'Y'}`,
+    /// `{'only': 'ONLY'}` and `'D2'`.
+    #[test]
+    fn additional_chat_templates_replace_the_configs_as_transformers_loads_them() {
+        use super::{CheckpointTemplates, ADDITIONAL_CHAT_TEMPLATES};
+        let with = |files: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(
+                dir.path().join("tokenizer_config.json"),
+                r#"{"chat_template": "CONFIG"}"#,
+            )
+            .unwrap();
+            std::fs::create_dir(dir.path().join(ADDITIONAL_CHAT_TEMPLATES)).unwrap();
+            for (path, text) in files {
+                std::fs::write(dir.path().join(path), text).unwrap();
+            }
+            let templates = CheckpointTemplates::load(dir.path()).unwrap();
+            (dir, templates)
+        };
+        let (_d, t) = with(&[
+            ("chat_template.jinja", "DEFAULT"),
+            ("additional_chat_templates/tool_use.jinja", "TOOL\r\n"),
+        ]);
+        assert_eq!(
+            t,
+            CheckpointTemplates::Named(vec![
+                ("default".into(), "DEFAULT".into()),
+                ("tool_use".into(), "TOOL\n".into())
+            ])
+        );
+        let (_d, t) = with(&[
+            ("additional_chat_templates/y.jinja", "Y"),
+            ("additional_chat_templates/x.jinja", "X"),
+            ("additional_chat_templates/notes.txt", "not a template"),
+        ]);
+        assert_eq!(
+            t,
+            CheckpointTemplates::Unordered(vec![
+                ("x".into(), "X".into()),
+                ("y".into(), "Y".into())
+            ])
+        );
+        let (_d, t) = with(&[("additional_chat_templates/only.jinja", "ONLY")]);
+        assert_eq!(
+            t,
+            CheckpointTemplates::Named(vec![("only".into(), "ONLY".into())])
+        );
+        let (_d, t) = with(&[("additional_chat_templates/default.jinja", "D2")]);
+        assert_eq!(t, CheckpointTemplates::One("D2".into()));
+        // An empty folder changes nothing.
+        let (_d, t) = with(&[]);
+        assert_eq!(t, CheckpointTemplates::One("CONFIG".into()));
+    }
+
+    /// `TemplateManager._select_named_template`: the named one, else the
+    /// first, which with `Unordered` templates is the directory's choice.
+    #[test]
+    fn sglang_picks_among_additional_templates_only_where_the_order_is_fixed() {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = dir.path().join(super::ADDITIONAL_CHAT_TEMPLATES);
+        std::fs::create_dir(&extra).unwrap();
+        std::fs::write(extra.join("x.jinja"), "X").unwrap();
+        std::fs::write(extra.join("y.jinja"), "Y").unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+        let files = super::ModelFiles::load(dir.path()).unwrap();
+        let err = files.hf_template(false, None).unwrap_err();
+        assert!(err.contains("hf_chat_template_name"), "{err}");
+        assert_eq!(
+            files.hf_template(false, Some("y")).unwrap().as_deref(),
+            Some("Y")
+        );
+        assert!(files
+            .hf_template(false, Some("z"))
+            .unwrap_err()
+            .contains("not found"));
+
+        // With chat_template.jinja the tokenizer's first is `default`, but a
+        // multimodal server's processor lists it last.
+        std::fs::write(dir.path().join("chat_template.jinja"), "D").unwrap();
+        let files = super::ModelFiles::load(dir.path()).unwrap();
+        assert_eq!(
+            files.hf_template(false, None).unwrap().as_deref(),
+            Some("D")
+        );
+        assert!(files.hf_template(true, None).is_err());
+        assert_eq!(
+            files.hf_template(true, Some("x")).unwrap().as_deref(),
+            Some("X")
+        );
     }
 }
