@@ -220,7 +220,7 @@ async fn a_failed_reload_keeps_the_running_state() {
     let live = start_live("max_req_input_len = 8\n").await;
     for (broken, why) in [
         ("max_req_input_len = \"eight\"\n", "invalid type"),
-        ("max_req_input_len = 8\nlisten_typo = 1\n", "unknown field"),
+        ("max_req_input_len = 8\nlisten_typo = 1\n", "unknown key `listen_typo`"),
         // Neither a static limit nor prefill workers: still refused.
         ("", "no prompt limit"),
         (
