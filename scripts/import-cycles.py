@@ -25,12 +25,33 @@ def module_of(path: pathlib.Path) -> str:
     return "::".join(parts[:2]) if parts else "lib"
 
 
+def without_tests(text: str) -> str:
+    """The file without its `#[cfg(test)]` items: tests are not part of the
+    layout, and code after a test module still is."""
+    out, at = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]", text):
+        if m.start() < at:
+            continue
+        out.append(text[at:m.start()])
+        brace, semi = text.find("{", m.end()), text.find(";", m.end())
+        if brace < 0 or (0 <= semi < brace):
+            at = semi + 1  # `mod tests;` or a single item
+            continue
+        depth, i = 0, brace
+        while i < len(text):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                break
+        at = i
+    return "".join(out) + text[at:]
+
+
 edges: dict[str, set[str]] = {}
 for f in SRC.rglob("*.rs"):
     if f.name in ("main.rs", "lib.rs"):
         continue
-    # Tests inside a file are not part of the layout.
-    text = re.split(r"#\[cfg\(test\)\]", f.read_text())[0]
+    text = without_tests(f.read_text())
     src = module_of(f)
     for m in re.finditer(r"crate::([a-z_]+)(?:::([a-z_]+))?", text):
         a, b = m.group(1), m.group(2)

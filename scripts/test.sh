@@ -28,6 +28,8 @@ fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo fmt --all -- --check
+# The layout promise of the README: no import cycle between top-level modules.
+python3 scripts/import-cycles.py
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
 df -h . | sed 's/^/disk: /' >&2
