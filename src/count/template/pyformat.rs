@@ -39,7 +39,8 @@ impl Args<'_> {
     }
 }
 
-/// Formats `fmt % args` (positional) or `fmt % kwargs` (mapping).
+/// Formats `fmt % args` (positional) or `fmt % kwargs` (mapping): CPython's
+/// `PyUnicode_Format` loop, one conversion at a time.
 pub fn percent_format(
     fmt: &str,
     positional: &[Value],
@@ -59,216 +60,16 @@ pub fn percent_format(
             out.push(c);
             continue;
         }
-        let mut value: Option<Value> = None;
-        if chars.get(i) == Some(&'(') {
-            let start = i + 1;
-            let mut depth = 1;
-            let mut j = start;
-            while j < chars.len() && depth > 0 {
-                match chars[j] {
-                    '(' => depth += 1,
-                    ')' => depth -= 1,
-                    _ => {}
-                }
-                j += 1;
-            }
-            if depth > 0 {
-                return Err(Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    "ValueError: incomplete format key",
-                ));
-            }
-            let key: String = chars[start..j - 1].iter().collect();
-            let Args::Map(k) = &args else {
-                return Err(type_error("format requires a mapping"));
-            };
-            value = Some(k.peek::<Option<Value>>(&key)?.ok_or_else(|| {
-                Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    format!("KeyError: '{key}'"),
-                )
-            })?);
-            i = j;
-        }
-        let (mut left, mut zero, mut plus, mut space, mut alt) =
-            (false, false, false, false, false);
-        while let Some(&f) = chars.get(i) {
-            match f {
-                '-' => left = true,
-                '0' => zero = true,
-                '+' => plus = true,
-                ' ' => space = true,
-                '#' => alt = true,
-                _ => break,
-            }
-            i += 1;
-        }
-        let mut width = 0usize;
-        if chars.get(i) == Some(&'*') {
-            i += 1;
-            let w = args.next()?;
-            let w = i64::try_from(w).map_err(|_| type_error("* wants int"))?;
-            if w < 0 {
-                left = true;
-            }
-            width = (w.unsigned_abs() as usize).min(MAX_WIDTH);
-        } else {
-            while let Some(d) = chars.get(i).and_then(|c| c.to_digit(10)) {
-                width = (width * 10 + d as usize).min(MAX_WIDTH);
-                i += 1;
-            }
-        }
-        let mut prec: Option<usize> = None;
-        if chars.get(i) == Some(&'.') {
-            i += 1;
-            if chars.get(i) == Some(&'*') {
-                i += 1;
-                let p = i64::try_from(args.next()?).map_err(|_| type_error("* wants int"))?;
-                prec = Some((p.max(0) as usize).min(MAX_WIDTH));
-            } else {
-                let mut p = 0usize;
-                while let Some(d) = chars.get(i).and_then(|c| c.to_digit(10)) {
-                    p = (p * 10 + d as usize).min(MAX_WIDTH);
-                    i += 1;
-                }
-                prec = Some(p);
-            }
-        }
-        while matches!(chars.get(i), Some('h' | 'l' | 'L')) {
-            i += 1;
-        }
-        let Some(&conv) = chars.get(i) else {
-            return Err(Error::new(
-                minijinja::ErrorKind::InvalidOperation,
-                "ValueError: incomplete format",
-            ));
-        };
-        i += 1;
-        if conv == '%' {
+        let spec = format_arg_parse(&chars, &mut i, &mut args)?;
+        if spec.conv == '%' {
             out.push('%');
             continue;
         }
-        let v = match value.take() {
-            Some(v) => v,
+        let v = match spec.keyed {
+            Some(ref v) => v.clone(),
             None => args.next()?,
         };
-        let body = match conv {
-            's' | 'r' | 'a' => {
-                let mut s = if conv == 's' {
-                    pyrepr::to_str(&v)?
-                } else {
-                    let mut r = String::new();
-                    pyrepr::push_repr(&mut r, &v, 0)?;
-                    if conv == 'a' {
-                        r = ascii_escape(&r);
-                    }
-                    r
-                };
-                if let Some(p) = prec {
-                    if let Some((idx, _)) = s.char_indices().nth(p) {
-                        s.truncate(idx);
-                    }
-                }
-                s
-            }
-            'c' => {
-                let s = match v.kind() {
-                    ValueKind::String if v.as_str().is_some_and(|s| s.chars().count() == 1) => {
-                        v.as_str().unwrap_or_default().to_string()
-                    }
-                    ValueKind::Number if v.is_integer() => {
-                        let cp = i64::try_from(v.clone()).unwrap_or(-1);
-                        u32::try_from(cp)
-                            .ok()
-                            .and_then(char::from_u32)
-                            .map(String::from)
-                            .ok_or_else(|| type_error("%c arg not in range(0x110000)"))?
-                    }
-                    _ => return Err(type_error("%c requires int or char")),
-                };
-                s
-            }
-            'd' | 'i' | 'u' | 'o' | 'x' | 'X' => {
-                let n: i128 = match v.kind() {
-                    ValueKind::Bool => v.is_true() as i128,
-                    ValueKind::Number if v.is_integer() => i128::try_from(v.clone()).unwrap_or(0),
-                    ValueKind::Number if matches!(conv, 'd' | 'i' | 'u') => {
-                        let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
-                        if !f.is_finite() {
-                            return Err(type_error("cannot convert float to integer"));
-                        }
-                        f.trunc() as i128
-                    }
-                    _ => {
-                        return Err(type_error(format!(
-                            "%{conv} format: {} is required, not {}",
-                            if matches!(conv, 'd' | 'i' | 'u') {
-                                "a real number"
-                            } else {
-                                "an integer"
-                            },
-                            py_type_name(&v)
-                        )))
-                    }
-                };
-                let mut digits = match conv {
-                    'o' => format!("{:o}", n.unsigned_abs()),
-                    'x' => format!("{:x}", n.unsigned_abs()),
-                    'X' => format!("{:X}", n.unsigned_abs()),
-                    _ => n.unsigned_abs().to_string(),
-                };
-                if let Some(p) = prec {
-                    if digits.len() < p {
-                        digits.insert_str(0, &"0".repeat(p - digits.len()));
-                    }
-                }
-                let prefix = match (alt, conv) {
-                    (true, 'o') => "0o",
-                    (true, 'x') => "0x",
-                    (true, 'X') => "0X",
-                    _ => "",
-                };
-                let sign = sign_str(n < 0, plus, space);
-                out.push_str(&pad_number(sign, prefix, &digits, width, left, zero));
-                continue;
-            }
-            'e' | 'E' | 'f' | 'F' | 'g' | 'G' => {
-                let f = match v.kind() {
-                    ValueKind::Bool => v.is_true() as i64 as f64,
-                    ValueKind::Number => f64::try_from(v.clone()).unwrap_or(f64::NAN),
-                    _ => {
-                        return Err(type_error(format!(
-                            "must be real number, not {}",
-                            py_type_name(&v)
-                        )))
-                    }
-                };
-                let digits = format_float(f.abs(), conv, prec.unwrap_or(6), alt);
-                let sign = sign_str(f.is_sign_negative() && !f.is_nan(), plus, space);
-                let zero = zero && f.is_finite();
-                out.push_str(&pad_number(sign, "", &digits, width, left, zero));
-                continue;
-            }
-            other => {
-                return Err(Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    format!("ValueError: unsupported format character '{other}'"),
-                ))
-            }
-        };
-        let len = body.chars().count();
-        if width > len {
-            let fill = " ".repeat(width - len);
-            if left {
-                out.push_str(&body);
-                out.push_str(&fill);
-            } else {
-                out.push_str(&fill);
-                out.push_str(&body);
-            }
-        } else {
-            out.push_str(&body);
-        }
+        format_arg_format(&spec, &v, &mut out)?;
     }
     if let Args::Seq(vals, pos) = args {
         if pos < vals.len() {
@@ -278,6 +79,262 @@ pub fn percent_format(
         }
     }
     Ok(out)
+}
+
+/// One `%[(key)][flags][width][.prec][hlL]conv` as CPython's
+/// `unicode_format_arg_parse` reads it.
+struct Spec {
+    /// The value `%(key)` named in the mapping.
+    keyed: Option<Value>,
+    left: bool,
+    zero: bool,
+    plus: bool,
+    space: bool,
+    alt: bool,
+    width: usize,
+    prec: Option<usize>,
+    conv: char,
+}
+
+/// CPython's `unicode_format_arg_parse`: reads one spec after its `%`,
+/// taking `*` widths and precisions from `args` in CPython's order.
+fn format_arg_parse(chars: &[char], i: &mut usize, args: &mut Args) -> Result<Spec, Error> {
+    let mut keyed = None;
+    if chars.get(*i) == Some(&'(') {
+        let start = *i + 1;
+        let mut depth = 1;
+        let mut j = start;
+        while j < chars.len() && depth > 0 {
+            match chars[j] {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            j += 1;
+        }
+        if depth > 0 {
+            return Err(Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                "ValueError: incomplete format key",
+            ));
+        }
+        let key: String = chars[start..j - 1].iter().collect();
+        let Args::Map(k) = &args else {
+            return Err(type_error("format requires a mapping"));
+        };
+        keyed = Some(k.peek::<Option<Value>>(&key)?.ok_or_else(|| {
+            Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("KeyError: '{key}'"),
+            )
+        })?);
+        *i = j;
+    }
+    let (mut left, mut zero, mut plus, mut space, mut alt) = (false, false, false, false, false);
+    while let Some(&f) = chars.get(*i) {
+        match f {
+            '-' => left = true,
+            '0' => zero = true,
+            '+' => plus = true,
+            ' ' => space = true,
+            '#' => alt = true,
+            _ => break,
+        }
+        *i += 1;
+    }
+    let mut width = 0usize;
+    if chars.get(*i) == Some(&'*') {
+        *i += 1;
+        let w = args.next()?;
+        let w = i64::try_from(w).map_err(|_| type_error("* wants int"))?;
+        if w < 0 {
+            left = true;
+        }
+        width = (w.unsigned_abs() as usize).min(MAX_WIDTH);
+    } else {
+        while let Some(d) = chars.get(*i).and_then(|c| c.to_digit(10)) {
+            width = (width * 10 + d as usize).min(MAX_WIDTH);
+            *i += 1;
+        }
+    }
+    let mut prec: Option<usize> = None;
+    if chars.get(*i) == Some(&'.') {
+        *i += 1;
+        if chars.get(*i) == Some(&'*') {
+            *i += 1;
+            let p = i64::try_from(args.next()?).map_err(|_| type_error("* wants int"))?;
+            prec = Some((p.max(0) as usize).min(MAX_WIDTH));
+        } else {
+            let mut p = 0usize;
+            while let Some(d) = chars.get(*i).and_then(|c| c.to_digit(10)) {
+                p = (p * 10 + d as usize).min(MAX_WIDTH);
+                *i += 1;
+            }
+            prec = Some(p);
+        }
+    }
+    while matches!(chars.get(*i), Some('h' | 'l' | 'L')) {
+        *i += 1;
+    }
+    let Some(&conv) = chars.get(*i) else {
+        return Err(Error::new(
+            minijinja::ErrorKind::InvalidOperation,
+            "ValueError: incomplete format",
+        ));
+    };
+    *i += 1;
+    Ok(Spec {
+        keyed,
+        left,
+        zero,
+        plus,
+        space,
+        alt,
+        width,
+        prec,
+        conv,
+    })
+}
+
+/// CPython's `unicode_format_arg_format` and `_output`: converts `v` by
+/// `spec.conv` and pads it to the width.
+fn format_arg_format(spec: &Spec, v: &Value, out: &mut String) -> Result<(), Error> {
+    let body = match spec.conv {
+        's' | 'r' | 'a' => format_str(spec, v)?,
+        'c' => formatchar(v)?,
+        'd' | 'i' | 'u' | 'o' | 'x' | 'X' => {
+            out.push_str(&formatlong(spec, v)?);
+            return Ok(());
+        }
+        'e' | 'E' | 'f' | 'F' | 'g' | 'G' => {
+            out.push_str(&formatfloat(spec, v)?);
+            return Ok(());
+        }
+        other => {
+            return Err(Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("ValueError: unsupported format character '{other}'"),
+            ))
+        }
+    };
+    let len = body.chars().count();
+    if spec.width > len {
+        let fill = " ".repeat(spec.width - len);
+        if spec.left {
+            out.push_str(&body);
+            out.push_str(&fill);
+        } else {
+            out.push_str(&fill);
+            out.push_str(&body);
+        }
+    } else {
+        out.push_str(&body);
+    }
+    Ok(())
+}
+
+/// `%s`, `%r` and `%a`: `str()`, `repr()` or `ascii()`, cut to the precision.
+fn format_str(spec: &Spec, v: &Value) -> Result<String, Error> {
+    let mut s = if spec.conv == 's' {
+        pyrepr::to_str(v)?
+    } else {
+        let mut r = String::new();
+        pyrepr::push_repr(&mut r, v, 0)?;
+        if spec.conv == 'a' {
+            r = ascii_escape(&r);
+        }
+        r
+    };
+    if let Some(p) = spec.prec {
+        if let Some((idx, _)) = s.char_indices().nth(p) {
+            s.truncate(idx);
+        }
+    }
+    Ok(s)
+}
+
+/// CPython's `formatchar`: a one-character string or a code point.
+fn formatchar(v: &Value) -> Result<String, Error> {
+    match v.kind() {
+        ValueKind::String if v.as_str().is_some_and(|s| s.chars().count() == 1) => {
+            Ok(v.as_str().unwrap_or_default().to_string())
+        }
+        ValueKind::Number if v.is_integer() => {
+            let cp = i64::try_from(v.clone()).unwrap_or(-1);
+            u32::try_from(cp)
+                .ok()
+                .and_then(char::from_u32)
+                .map(String::from)
+                .ok_or_else(|| type_error("%c arg not in range(0x110000)"))
+        }
+        _ => Err(type_error("%c requires int or char")),
+    }
+}
+
+/// CPython's `mainformatlong`/`formatlong`: integer conversions, padded.
+fn formatlong(spec: &Spec, v: &Value) -> Result<String, Error> {
+    let conv = spec.conv;
+    let n: i128 = match v.kind() {
+        ValueKind::Bool => v.is_true() as i128,
+        ValueKind::Number if v.is_integer() => i128::try_from(v.clone()).unwrap_or(0),
+        ValueKind::Number if matches!(conv, 'd' | 'i' | 'u') => {
+            let f = f64::try_from(v.clone()).unwrap_or(f64::NAN);
+            if !f.is_finite() {
+                return Err(type_error("cannot convert float to integer"));
+            }
+            f.trunc() as i128
+        }
+        _ => {
+            return Err(type_error(format!(
+                "%{conv} format: {} is required, not {}",
+                if matches!(conv, 'd' | 'i' | 'u') {
+                    "a real number"
+                } else {
+                    "an integer"
+                },
+                py_type_name(v)
+            )))
+        }
+    };
+    let mut digits = match conv {
+        'o' => format!("{:o}", n.unsigned_abs()),
+        'x' => format!("{:x}", n.unsigned_abs()),
+        'X' => format!("{:X}", n.unsigned_abs()),
+        _ => n.unsigned_abs().to_string(),
+    };
+    if let Some(p) = spec.prec {
+        if digits.len() < p {
+            digits.insert_str(0, &"0".repeat(p - digits.len()));
+        }
+    }
+    let prefix = match (spec.alt, conv) {
+        (true, 'o') => "0o",
+        (true, 'x') => "0x",
+        (true, 'X') => "0X",
+        _ => "",
+    };
+    let sign = sign_str(n < 0, spec.plus, spec.space);
+    Ok(pad_number(
+        sign, prefix, &digits, spec.width, spec.left, spec.zero,
+    ))
+}
+
+/// CPython's `formatfloat`: `%e`, `%f` and `%g`, padded.
+fn formatfloat(spec: &Spec, v: &Value) -> Result<String, Error> {
+    let f = match v.kind() {
+        ValueKind::Bool => v.is_true() as i64 as f64,
+        ValueKind::Number => f64::try_from(v.clone()).unwrap_or(f64::NAN),
+        _ => {
+            return Err(type_error(format!(
+                "must be real number, not {}",
+                py_type_name(v)
+            )))
+        }
+    };
+    let digits = format_float(f.abs(), spec.conv, spec.prec.unwrap_or(6), spec.alt);
+    let sign = sign_str(f.is_sign_negative() && !f.is_nan(), spec.plus, spec.space);
+    let zero = spec.zero && f.is_finite();
+    Ok(pad_number(sign, "", &digits, spec.width, spec.left, zero))
 }
 
 fn sign_str(neg: bool, plus: bool, space: bool) -> &'static str {
