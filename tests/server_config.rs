@@ -231,6 +231,23 @@ async fn a_failed_poll_keeps_the_settings_in_force() {
     );
 }
 
+/// `main` is the revision a server without `--revision` loads, and the
+/// guard's default: a worker that states it, and a guard that states it in
+/// front of a worker that does not, are both served; another revision is not.
+#[tokio::test]
+async fn the_main_revision_is_the_default_either_way() {
+    let w = InfoMock::start(worker_with(100, "revision", json!("main"))).await;
+    let live = start_live(&workers(&[&w])).await;
+    served(&live).await;
+
+    let w = InfoMock::start(prefill_worker(100)).await;
+    let live = start_live(&format!("revision = \"main\"\n{}", workers(&[&w]))).await;
+    served(&live).await;
+
+    let live = start_live(&format!("revision = \"v2\"\n{}", workers(&[&w]))).await;
+    not_served(&live, "server_config_disagrees", "revision").await;
+}
+
 /// The real binary says in its log what to configure, and the metrics pass promtool.
 #[tokio::test]
 async fn the_log_names_the_setting_and_the_fix() {

@@ -457,6 +457,9 @@ fn normalize(name: &str, value: Value) -> Value {
         "tokenizer_mode" => Some("auto"),
         "tokenizer_backend" => Some("huggingface"),
         "frontend" => Some("python"),
+        // No `--revision` loads the Hub's default branch, the guard's own
+        // default too: `revision = "main"` on either side is the default.
+        "revision" => Some("main"),
         // Prefill and decode workers serve the same prompts: only whether the
         // server is disaggregated matters, so they must not read as disagreeing.
         "disaggregation_mode" => {
@@ -1359,6 +1362,19 @@ mod tests {
         stat.set("reasoning_parser", json!("deepseek-r1"));
         assert_eq!(stat.contradicted_by(&live), ["reasoning_parser"]);
         assert_eq!(live.differences(&stat), ["reasoning_parser"]);
+    }
+
+    #[test]
+    fn the_main_revision_is_the_default_on_both_sides() {
+        let default = Observed::from_server(&json!({"revision": null}), None);
+        let main = Observed::from_server(&json!({"revision": "main"}), None);
+        let mut stat = Observed::default();
+        stat.set("revision", json!("main"));
+        assert!(stat.contradicted_by(&default).is_empty());
+        assert!(default.contradicted_by(&main).is_empty());
+        assert!(!main.iter().any(|(name, _)| needs_acknowledgement(name)));
+        stat.set("revision", json!("v2"));
+        assert_eq!(stat.contradicted_by(&main), ["revision"]);
     }
 
     #[test]
