@@ -118,3 +118,81 @@ fn every_key_and_flag_is_documented() {
     }
     assert!(missing.is_empty(), "undocumented:\n{}", missing.join("\n"));
 }
+
+/// The defaults the README's tables state are the ones `serve` applies:
+/// setting a key to its stated default resolves exactly as leaving it out.
+#[test]
+fn readme_defaults_are_the_defaults() {
+    let readme = include_str!("../README.md");
+    let base =
+        "upstream = \"http://127.0.0.1:1\"\ntokenizer = \"/models/m\"\nmax_req_input_len = 100\n";
+    let resolved = |text: &str| {
+        let raw = RawConfig::from_toml(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        format!(
+            "{:?}",
+            Config::resolve(raw).unwrap_or_else(|e| panic!("{text}: {e}"))
+        )
+    };
+    let unset = resolved(base);
+    let mut checked = Vec::new();
+    // The rows of the tables headed "| key / flag | default" and "| key | default".
+    let mut in_table = false;
+    let rows = readme.lines().filter(|l| {
+        if l.starts_with("| key / flag | default |") || l.starts_with("| key | default |") {
+            in_table = true;
+        } else if !l.starts_with('|') {
+            in_table = false;
+        }
+        in_table && l.starts_with("| `")
+    });
+    for row in rows {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        // A row of one key: "| `key` / `--flag` | default | ..." or "| `key` | default | ...".
+        let key = cells[0]
+            .trim_start_matches("| ")
+            .split(" / ")
+            .next()
+            .unwrap_or_default();
+        let Some(key) = key.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else {
+            continue;
+        };
+        if key.contains(['`', ',', '[']) || cells.len() < 3 {
+            continue;
+        }
+        // "32 MiB", "0 (off)", "`true`"; words ("required", "cores", "none") state no value.
+        let stated = cells[1]
+            .split(" (")
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .trim_matches('`');
+        let value = stated.replace(" MiB", "MiB");
+        let literal =
+            if value.parse::<f64>().is_ok() || matches!(value.as_str(), "true" | "false" | "[]") {
+                value
+            } else if value.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && !value.contains(' ')
+                && !matches!(value.as_str(), "required" | "cores" | "none" | "off")
+            {
+                format!("{value:?}")
+            } else {
+                continue;
+            };
+        let set = resolved(&format!("{base}{key} = {literal}\n"));
+        assert_eq!(set, unset, "README: `{key}` defaults to {stated}");
+        checked.push(key);
+    }
+    for key in [
+        "listen",
+        "max_body_bytes",
+        "revision",
+        "readiness",
+        "body_idle_timeout_ms",
+        "allow_routes",
+    ] {
+        assert!(
+            checked.contains(&key),
+            "the README's default of `{key}` is checked: {checked:?}"
+        );
+    }
+}
