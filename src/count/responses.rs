@@ -29,11 +29,11 @@ use super::py;
 use super::{invalid, invalid_param, CountError};
 
 /// `ReasoningEffortTier`.
-const EFFORT_TIERS: [&str; 8] = [
+pub(super) const EFFORT_TIERS: [&str; 8] = [
     "none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max",
 ];
 /// `RESPONSE_TOOL_TYPES`.
-const TOOL_TYPES: [&str; 13] = [
+pub(super) const TOOL_TYPES: [&str; 13] = [
     "function",
     "web_search",
     "web_search_preview",
@@ -51,7 +51,7 @@ const TOOL_TYPES: [&str; 13] = [
 /// `responses_adapters.DEVELOPER_BLOCK_LABEL`.
 const DEVELOPER_LABEL: &str = "Developer instructions:";
 /// `responses_adapters._REASONING_STATE_PREFIX`.
-const REASONING_STATE_PREFIX: &str = "sglang-reasoning-v1.";
+pub(super) const REASONING_STATE_PREFIX: &str = "sglang-reasoning-v1.";
 
 /// A validated `ResponseTool` (only what reaches the prompt).
 struct ResponseTool<'a> {

@@ -53,6 +53,8 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::count::py;
+// The `ResponsesRequest` tables SGLang validates with before any encoder.
+use crate::count::responses::{EFFORT_TIERS, REASONING_STATE_PREFIX, TOOL_TYPES};
 
 /// `<|return|>`.
 pub const RETURN: u32 = 200002;
@@ -91,26 +93,6 @@ pub const GPT_OSS_MERGES_SHA256: &str =
 /// `o200k_harmony`'s split pattern (harmony's `Encoding::pattern`).
 pub const O200K_PATTERN: &str = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-/// `ReasoningEffortTier`.
-const EFFORT_TIERS: [&str; 8] = [
-    "none", "minimal", "low", "medium", "high", "xhigh", "ultra", "max",
-];
-/// `RESPONSE_TOOL_TYPES`.
-const TOOL_TYPES: [&str; 13] = [
-    "function",
-    "web_search",
-    "web_search_preview",
-    "code_interpreter",
-    "file_search",
-    "image_generation",
-    "computer_use_preview",
-    "local_shell",
-    "shell",
-    "mcp",
-    "custom",
-    "namespace",
-    "tool_search",
-];
 /// `ResponsesRequest.include`'s literals.
 const INCLUDES: [&str; 6] = [
     "code_interpreter_call.outputs",
@@ -120,8 +102,6 @@ const INCLUDES: [&str; 6] = [
     "message.output_text.logprobs",
     "reasoning.encrypted_content",
 ];
-/// `responses_adapters._REASONING_STATE_PREFIX`.
-const REASONING_STATE_PREFIX: &str = "sglang-reasoning-v1.";
 /// `SystemContent`'s defaults (SGLang sets neither).
 const MODEL_IDENTITY: &str = "You are ChatGPT, a large language model trained by OpenAI.";
 const KNOWLEDGE_CUTOFF: &str = "2024-06";
