@@ -468,6 +468,19 @@ fn push_json(out: &mut String, v: &Value, opts: &Dumps, level: usize) {
     }
 }
 
+/// `type(v).__name__` of the value `json.loads` makes.
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
+    }
+}
+
 /// Python truthiness of a JSON value.
 pub fn truthy(v: &Value) -> bool {
     match v {

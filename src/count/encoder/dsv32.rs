@@ -160,26 +160,13 @@ fn encoding_error(message: impl fmt::Display) -> Dsv32Error {
 
 static NONE: Value = Value::Null;
 
-/// `type(v).__name__`.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// `v.get(key)` (missing keys read as `None`).
 fn get<'a>(v: &'a Value, key: &str) -> Result<&'a Value, Dsv32Error> {
     match v {
         Value::Object(map) => Ok(map.get(key).unwrap_or(&NONE)),
         _ => Err(error(
             "AttributeError",
-            format!("'{}' object has no attribute 'get'", type_name(v)),
+            format!("'{}' object has no attribute 'get'", py::type_name(v)),
         )),
     }
 }
@@ -200,7 +187,7 @@ fn getitem<'a>(v: &'a Value, key: &str) -> Result<&'a Value, Dsv32Error> {
         )),
         _ => Err(error(
             "TypeError",
-            format!("'{}' object is not subscriptable", type_name(v)),
+            format!("'{}' object is not subscriptable", py::type_name(v)),
         )),
     }
 }
@@ -227,7 +214,7 @@ fn iterate(v: &Value) -> Result<Vec<Cow<'_, Value>>, Dsv32Error> {
             .collect()),
         _ => Err(error(
             "TypeError",
-            format!("'{}' object is not iterable", type_name(v)),
+            format!("'{}' object is not iterable", py::type_name(v)),
         )),
     }
 }
@@ -240,7 +227,7 @@ fn len(v: &Value) -> Result<usize, Dsv32Error> {
         Value::Object(map) => Ok(map.len()),
         _ => Err(error(
             "TypeError",
-            format!("object of type '{}' has no len()", type_name(v)),
+            format!("object of type '{}' has no len()", py::type_name(v)),
         )),
     }
 }

@@ -179,19 +179,6 @@ const APPLY_CHAT_TEMPLATE: &str =
 
 // --- Python semantics over JSON values -------------------------------------
 
-/// `type(v).__name__`.
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "NoneType",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float",
-        Value::Number(_) => "int",
-        Value::String(_) => "str",
-        Value::Array(_) => "list",
-        Value::Object(_) => "dict",
-    }
-}
-
 /// `iter(v)`: a list's items, a str's characters, a dict's keys.
 fn py_iter(v: &Value) -> R<Vec<Cow<'_, Value>>> {
     match v {
@@ -206,7 +193,7 @@ fn py_iter(v: &Value) -> R<Vec<Cow<'_, Value>>> {
             .collect()),
         _ => raise(
             "TypeError",
-            format!("'{}' object is not iterable", type_name(v)),
+            format!("'{}' object is not iterable", py::type_name(v)),
         ),
     }
 }
@@ -379,7 +366,10 @@ fn tool_to_json(tool: &Value) -> R<String> {
     let Value::Object(map) = tool else {
         return raise(
             "ValueError",
-            format!("Each tool must be a JSON object, got {}.", type_name(tool)),
+            format!(
+                "Each tool must be a JSON object, got {}.",
+                py::type_name(tool)
+            ),
         );
     };
     let mut out = String::from("{");
@@ -455,7 +445,7 @@ fn is_list_of_outputs(message: &Value) -> R<bool> {
             "ValueError",
             format!(
                 "A tool message `content` must be a string or a list, got {}.",
-                type_name(content)
+                py::type_name(content)
             ),
         ),
         Some(first) => Ok(get(&first, "output").is_some()),
@@ -478,7 +468,7 @@ fn is_tool_reference_list(value: Option<&Value>) -> R<bool> {
             "ValueError",
             format!(
                 "A tool_reference list must be a list, got {}.",
-                type_name(value)
+                py::type_name(value)
             ),
         ),
         Some(first) => Ok(get_is(&first, "type", "tool_reference")),
@@ -619,7 +609,7 @@ fn render_tool_call(tool_call: &Value, multimodal: bool) -> R<String> {
                     "TypeError",
                     format!(
                         "can only concatenate str (not \"{}\") to str",
-                        type_name(other)
+                        py::type_name(other)
                     ),
                 )
             }
@@ -631,7 +621,7 @@ fn render_tool_call(tool_call: &Value, multimodal: bool) -> R<String> {
             "ValueError",
             format!(
                 "tool_call `arguments` must be a JSON object, got {}.",
-                type_name(arguments)
+                py::type_name(arguments)
             ),
         );
     };
@@ -735,7 +725,7 @@ fn render(
                             "TypeError",
                             format!(
                                 "can only concatenate str (not \"{}\") to str",
-                                type_name(other)
+                                py::type_name(other)
                             ),
                         )
                     }
@@ -1067,7 +1057,10 @@ fn flatten_tools(tools: Option<&[Value]>) -> R<Option<Vec<Value>>> {
             other => {
                 return raise(
                     "TypeError",
-                    format!("argument of type '{}' is not iterable", type_name(other)),
+                    format!(
+                        "argument of type '{}' is not iterable",
+                        py::type_name(other)
+                    ),
                 )
             }
         };
