@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 
 use crate::config::{Config, ConfigError};
-use crate::conn::budget::BodyBudget;
+use crate::conn::budget::{BodyBudget, BodyTimeouts, Reservation};
 use crate::core::{Gate, Guard};
+use crate::errors::Reason;
 use crate::metrics::Metrics;
 use crate::policy::discovery::Discovery;
 use crate::proxy::Upstream;
@@ -75,5 +77,22 @@ impl App {
             discovery,
             authz: config.authz.clone(),
         })
+    }
+
+    /// Reads a request body within `max_body_bytes`, the shared body budget
+    /// and the client timeouts. The reservation is held until dropped, so
+    /// the budget counts the body while the guard (and forwarding) hold it.
+    pub async fn read_body<B>(&self, body: B) -> Result<(Bytes, Reservation), Reason>
+    where
+        B: hyper::body::Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        crate::conn::budget::read_within(
+            body,
+            self.gate.max_body_bytes,
+            &self.body_budget,
+            BodyTimeouts::of(&self.client),
+        )
+        .await
     }
 }

@@ -111,14 +111,7 @@ async fn check(
         Err(reason) => return Outcome::refused(record, reason),
     };
     let (parts, body) = req.into_parts();
-    let read = crate::conn::budget::read_within(
-        body,
-        app.gate.max_body_bytes,
-        &app.body_budget,
-        crate::conn::budget::BodyTimeouts::of(&app.client),
-    )
-    .await;
-    let (body, _reservation) = match read {
+    let (body, _reservation) = match app.read_body(body).await {
         Ok(read) => read,
         Err(reason) => return Outcome::refused(record, reason),
     };

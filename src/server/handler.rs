@@ -125,14 +125,7 @@ async fn guard_and_forward(
     let (mut parts, body) = req.into_parts();
     // Held until the upstream has answered, so the budget counts this body
     // while the guard and the forwarding hold it.
-    let read = crate::conn::budget::read_within(
-        body,
-        app.gate.max_body_bytes,
-        &app.body_budget,
-        crate::conn::budget::BodyTimeouts::of(&app.client),
-    )
-    .await;
-    let (body, _reservation) = match read {
+    let (body, _reservation) = match app.read_body(body).await {
         Ok(read) => read,
         Err(reason) => return Outcome::refused(record, reason),
     };
