@@ -28,8 +28,10 @@ fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo fmt --all -- --check
-# The layout promise of the README: no import cycle between top-level modules.
+# The layout promises of the README: no import cycle between top-level
+# modules, and no function too long to read beside the code it mirrors.
 python3 scripts/import-cycles.py
+python3 scripts/long-functions.py
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --all-targets --locked
 df -h . | sed 's/^/disk: /' >&2
