@@ -24,7 +24,7 @@
 //! **Tenants.** A hit is faster than a miss, which would let one tenant
 //! learn whether another recently sent a given document (the timing probe
 //! published against KV prefix caches). The partition (a hash of the
-//! tenant's credential, see `guard.rs`) is part of every key, so a tenant
+//! tenant's credential, see `core::guard`) is part of every key, so a tenant
 //! only ever hits what it sent itself.
 //!
 //! **Bounds.** At most `count_cache_bytes`, charged per entry at
