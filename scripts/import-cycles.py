@@ -9,6 +9,8 @@ import pathlib
 import re
 import sys
 
+from rust_source import blank_literals, block_end
+
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 
 
@@ -28,22 +30,13 @@ def module_of(path: pathlib.Path) -> str:
 def without_tests(text: str) -> str:
     """The file without its `#[cfg(test)]` items: tests are not part of the
     layout, and code after a test module still is."""
+    blank = blank_literals(text)
     out, at = [], 0
-    for m in re.finditer(r"#\[cfg\(test\)\]", text):
+    for m in re.finditer(r"#\[cfg\(test\)\]", blank):
         if m.start() < at:
             continue
-        out.append(text[at:m.start()])
-        brace, semi = text.find("{", m.end()), text.find(";", m.end())
-        if brace < 0 or (0 <= semi < brace):
-            at = semi + 1  # `mod tests;` or a single item
-            continue
-        depth, i = 0, brace
-        while i < len(text):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-            if depth == 0:
-                break
-        at = i
+        out.append(text[at : m.start()])
+        at = block_end(blank, m.end())
     return "".join(out) + text[at:]
 
 

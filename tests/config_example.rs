@@ -119,21 +119,99 @@ fn every_key_and_flag_is_documented() {
     assert!(missing.is_empty(), "undocumented:\n{}", missing.join("\n"));
 }
 
-/// The defaults the README's tables state are the ones `serve` applies:
-/// setting a key to its stated default resolves exactly as leaving it out.
-#[test]
-fn readme_defaults_are_the_defaults() {
-    let readme = include_str!("../README.md");
-    let base =
+/// Checks that `key = literal` (a TOML value) resolves exactly as leaving
+/// `key` out: the default an operator reads is the one `serve` applies.
+struct Defaults {
+    unset: String,
+}
+
+impl Defaults {
+    const BASE: &str =
         "upstream = \"http://127.0.0.1:1\"\ntokenizer = \"/models/m\"\nmax_req_input_len = 100\n";
-    let resolved = |text: &str| {
+
+    fn new() -> Self {
+        let unset = Self::resolved(Self::BASE);
+        assert_eq!(
+            unset,
+            Self::resolved(Self::BASE),
+            "resolving is deterministic"
+        );
+        Defaults { unset }
+    }
+
+    fn resolved(text: &str) -> String {
         let raw = RawConfig::from_toml(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         format!(
             "{:?}",
             Config::resolve(raw).unwrap_or_else(|e| panic!("{text}: {e}"))
         )
-    };
-    let unset = resolved(base);
+    }
+
+    /// The stated default as a TOML value, if it is one ("5000", "32 MiB",
+    /// "true", "main"); words that state no value ("required", "cores") are `None`.
+    fn literal(stated: &str) -> Option<String> {
+        let value = stated.trim().trim_matches('`').replace(" MiB", "MiB");
+        if value.parse::<f64>().is_ok() || matches!(value.as_str(), "true" | "false" | "[]") {
+            Some(value)
+        } else if value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && !value.contains(' ')
+            && !matches!(value.as_str(), "required" | "cores" | "none" | "off")
+        {
+            Some(format!("{value:?}"))
+        } else {
+            None
+        }
+    }
+
+    fn check(&self, key: &str, literal: &str, source: &str) {
+        let set = Self::resolved(&format!("{}{key} = {literal}\n", Self::BASE));
+        assert_eq!(set, self.unset, "{source}: `{key}` defaults to {literal}");
+    }
+}
+
+/// Every default `serve --help` states (from the doc comments in
+/// `config/settings.rs`) is the one `Config::resolve` applies.
+#[test]
+fn help_defaults_are_the_defaults() {
+    use clap::CommandFactory;
+    let defaults = Defaults::new();
+    let cli = prefill_guard::cli::Cli::command();
+    let serve = cli.find_subcommand("serve").expect("a serve command");
+    let mut checked = Vec::new();
+    for arg in serve.get_arguments() {
+        let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        // "(default 5000)", "(default 32MiB; units ...)", "(default 0: off; ...)";
+        // "(default: the number of cores)" states no value.
+        let Some(rest) = help.split("(default ").nth(1) else {
+            continue;
+        };
+        let stated = rest.split([')', ';', ':']).next().unwrap_or_default();
+        let Some(literal) = Defaults::literal(stated) else {
+            continue;
+        };
+        let key = arg.get_id().as_str();
+        defaults.check(key, &literal, "serve --help");
+        checked.push(key.to_string());
+    }
+    // If these stopped stating a value, the test would pass without looking.
+    for key in [
+        "max_body_bytes",
+        "upstream_connect_timeout_ms",
+        "count_cache_bytes",
+        "revision",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == key),
+            "`{key}` states its default: {checked:?}"
+        );
+    }
+}
+
+/// The defaults the README's tables state are the ones `serve` applies.
+#[test]
+fn readme_defaults_are_the_defaults() {
+    let readme = include_str!("../README.md");
+    let defaults = Defaults::new();
     let mut checked = Vec::new();
     // The rows of the tables headed "| key / flag | default" and "| key | default".
     let mut in_table = false;
@@ -159,27 +237,12 @@ fn readme_defaults_are_the_defaults() {
         if key.contains(['`', ',', '[']) || cells.len() < 3 {
             continue;
         }
-        // "32 MiB", "0 (off)", "`true`"; words ("required", "cores", "none") state no value.
-        let stated = cells[1]
-            .split(" (")
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .trim_matches('`');
-        let value = stated.replace(" MiB", "MiB");
-        let literal =
-            if value.parse::<f64>().is_ok() || matches!(value.as_str(), "true" | "false" | "[]") {
-                value
-            } else if value.starts_with(|c: char| c.is_ascii_alphanumeric())
-                && !value.contains(' ')
-                && !matches!(value.as_str(), "required" | "cores" | "none" | "off")
-            {
-                format!("{value:?}")
-            } else {
-                continue;
-            };
-        let set = resolved(&format!("{base}{key} = {literal}\n"));
-        assert_eq!(set, unset, "README: `{key}` defaults to {stated}");
+        // "32 MiB", "0 (off)", "`true`".
+        let stated = cells[1].split(" (").next().unwrap_or_default();
+        let Some(literal) = Defaults::literal(stated) else {
+            continue;
+        };
+        defaults.check(key, &literal, "README");
         checked.push(key);
     }
     for key in [

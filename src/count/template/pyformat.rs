@@ -60,13 +60,13 @@ pub fn percent_format(
             out.push(c);
             continue;
         }
-        let spec = format_arg_parse(&chars, &mut i, &mut args)?;
+        let mut spec = format_arg_parse(&chars, &mut i, &mut args)?;
         if spec.conv == '%' {
             out.push('%');
             continue;
         }
-        let v = match spec.keyed {
-            Some(ref v) => v.clone(),
+        let v = match spec.keyed.take() {
+            Some(v) => v,
             None => args.next()?,
         };
         format_arg_format(&spec, &v, &mut out)?;
