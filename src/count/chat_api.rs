@@ -10,9 +10,10 @@ use super::encoder::harmony::{self, HarmonyError, HarmonySettings};
 use super::encoder::{dsv4, glm53, Encoder, PlainText};
 use super::model::ModelFiles;
 use super::preprocess::{self, Options};
+use super::release::Consulted;
 use super::serving::Arch;
 use super::template::{ChatTemplate, RenderContext};
-use super::{anthropic, ollama, responses, ChatApi, Clock, CountError, Ctx, ModelCounter};
+use super::{anthropic, ollama, responses, Build, ChatApi, Clock, CountError, Ctx};
 
 /// A request converted to the `ChatCompletionRequest` SGLang builds from it:
 /// the body pydantic validates, plus how it then travels the chat path.
@@ -247,13 +248,15 @@ fn defined_test(after: &str) -> Option<(usize, bool)> {
     Some((pos + word.len(), defined != negated))
 }
 
-impl ModelCounter {
+impl ModelTraits {
     /// SGLang's `supports_inline_system` for this model's template as the guard
     /// reads it, `None` when it cannot tell (then both readings are counted).
-    pub fn inline_system_support(&self) -> Option<bool> {
-        self.api.inline_system
+    pub(super) fn inline_system(&self) -> Option<bool> {
+        self.inline_system
     }
+}
 
+impl Build {
     pub(super) fn count_chat_api(
         &self,
         api: ChatApi,
@@ -262,7 +265,7 @@ impl ModelCounter {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         if let (Encoder::Dsv4 { .. }, ChatApi::Anthropic | ChatApi::Responses) =
-            (self.encoder(), api)
+            (&self.encoder, api)
         {
             // recipe reads the `ChatCompletionRequest` these routes build in
             // Python (which fields count as set), which is not modelled.
@@ -287,7 +290,7 @@ impl ModelCounter {
                     }
                 };
                 // After the conversion, so that its own refusals (more specific) come first.
-                if self.server.releases.any_before(super::Release::V0523) {
+                if self.releases.iter().any(|r| *r < super::Release::V0523) {
                     if let Some(why) = responses::built_differently_before_0523(body) {
                         return Err(CountError::Unsupported(format!(
                             "SGLang before 0.5.23 builds this /v1/responses prompt differently ({why}), and can \
@@ -311,9 +314,9 @@ impl ModelCounter {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let settings = HarmonySettings {
-            enable_response_store: self.server().enable_response_store,
-            disaggregated: self.server().disaggregated,
-            tool_server: self.server().harmony_tool_server(),
+            enable_response_store: self.server.enable_response_store,
+            disaggregated: self.server.disaggregated,
+            tool_server: self.server.harmony_tool_server(),
         };
         // The server's local date; the count does not depend on it (a date is
         // always the same number of tokens), only the text does.
@@ -367,9 +370,11 @@ impl ModelCounter {
                     return Ok(None);
                 }
                 let options = self.chat_options().with(&c.options);
-                let prepared = preprocess::prepare_with(&c.body, self.content_format(), &options);
+                let rules = Consulted::new(self.rules);
+                let prepared =
+                    preprocess::prepare_with(&c.body, self.content_format(), &options, &rules);
                 seen.push(c);
-                self.count_prepared(prepared?, clock, ctx).map(Some)
+                self.count_prepared(&prepared?, clock, ctx).map(Some)
             });
             match counted {
                 Ok(Some(n)) => best = best.max(Some(n)),
@@ -396,7 +401,7 @@ impl ModelCounter {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let messages = ollama::chat_messages(body)?;
-        if let Encoder::Glm53 { variant, .. } = self.encoder() {
+        if let Encoder::Glm53 { variant, .. } = &self.encoder {
             // The Python template's installed `apply_chat_template`.
             let conversation = messages.as_array().map_or(&[][..], Vec::as_slice);
             let text = match glm53::apply_chat_template(
@@ -478,8 +483,10 @@ mod tests {
                     "responses" => responses::convert(&case["body"], inline),
                     _ => anthropic::convert(&case["body"], inline),
                 };
-                let got =
-                    converted.and_then(|c| preprocess::prepare_with(&c.body, format, &c.options));
+                let got = converted.and_then(|c| {
+                    let rules = Consulted::new(crate::count::Release::V0523.chat_rules());
+                    preprocess::prepare_with(&c.body, format, &c.options, &rules)
+                });
                 let label = format!("{api}/{name} inline={inline} format={format:?}");
                 checked += 1;
                 match (&setting["expect"], got) {

@@ -12,6 +12,7 @@ pub mod model;
 pub mod ollama;
 pub mod preprocess;
 pub mod py;
+pub mod release;
 pub mod responses;
 pub mod serving;
 pub mod template;
@@ -30,12 +31,14 @@ pub use bound::BoundRule;
 pub use encoder::Encoder;
 pub use fast::{Chunking, Tally};
 pub use model::ModelFiles;
-pub use serving::{Release, ServerConfig, Unmodelled};
+pub use release::{Release, Releases};
+pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
 
 use encoder::{dsv32, dsv4, glm53};
 use preprocess::{ChatInputs, Prepared};
+use release::{ChatRules, Consulted};
 use template::RenderContext;
 
 /// What SGLang turns into one sequence (one `Req`). A batch is several units.
@@ -221,12 +224,30 @@ pub enum LoadError {
 }
 
 /// Everything needed to count one model's prompts: its files, and the
-/// serving profile they are counted under (the server's configuration and
-/// the encoder it selects).
+/// serving profile they are counted under (the server's configuration, and
+/// for each family of releases the server may run, how that family builds
+/// prompts). A prompt's count is the largest any of those families builds.
 pub struct ModelCounter {
     files: Arc<ModelFiles>,
     server: Arc<ServerConfig>,
+    /// One per distinct way the server's possible releases build a prompt,
+    /// newest first; never empty. One for a server whose release is known.
+    builds: Vec<Build>,
+}
+
+/// How one family of releases (or several that build prompts alike) turns
+/// a model's requests into prompt ids: its chat rules, its encoder and its
+/// tokenizer.
+struct Build {
+    files: Arc<ModelFiles>,
+    server: Arc<ServerConfig>,
+    /// The families counted by this build, newest first.
+    releases: Vec<Release>,
+    /// Their chat rules (equal for every family here).
+    rules: ChatRules,
     encoder: Encoder,
+    /// Equal for builds whose encoders are the same ([`Encoder::same_as`]).
+    encoder_key: u64,
     /// `TemplateManager.jinja_template_content_format`.
     content_format: ContentFormat,
     /// `default_chat_template_kwargs["chat_template"]`, compiled: every
@@ -366,77 +387,32 @@ impl ModelCounter {
         })
     }
 
-    /// Counts `files` as a server configured as `server` does: the encoder
-    /// it selects, its template, its default kwargs. Fails with the
-    /// settings the guard does not model.
+    /// Counts `files` as a server configured as `server` does: for each
+    /// family of releases it may run, the encoder that family selects, its
+    /// template, its chat rules. Fails with the settings the guard does not
+    /// model (for any of those families).
     pub fn for_server(
         files: Arc<ModelFiles>,
         server: Arc<ServerConfig>,
     ) -> Result<Self, Vec<Unmodelled>> {
-        let selected = encoder::select(&files, &server)?;
-        if server.releases.any_before(Release::V0523) {
-            let why = match &selected.encoder {
-                Encoder::Dsv4 { .. } => Some(
-                    "before 0.5.23 SGLang encodes DeepSeek-V4 with its own encoding_dsv4, not deepseek-recipe, and \
-                     counts fewer tokens than 0.5.23 for some requests (reasoning effort, text parts, response_format)",
-                ),
-                Encoder::Glm53 { .. } => Some("GLM-5.3's Python template is SGLang 0.5.23's"),
-                _ => None,
-            };
-            if let Some(why) = why {
-                return Err(vec![Unmodelled {
-                    setting: "version",
-                    value: "before 0.5.23 (or not stated)".into(),
-                    why: format!(
-                        "{why}; the guard models this encoder for 0.5.23 and later (state sglang_version when \
-                         discovery is off)"
-                    ),
-                }]);
+        let mut builds: Vec<Build> = Vec::new();
+        for release in server.releases.iter().rev() {
+            let mut build = Build::new(&files, &server, release)?;
+            if let Some(same) = builds.iter_mut().find(|b| b.builds_like(&build)) {
+                same.releases.push(release);
+                continue;
             }
+            // Builds with the same encoder count a shared preprocessing once.
+            build.encoder_key = builds
+                .iter()
+                .find(|b| b.encoder.same_as(&build.encoder))
+                .map_or(builds.len() as u64, |b| b.encoder_key);
+            builds.push(build);
         }
-        let kwarg_template = match server.default_chat_template_kwargs.get("chat_template") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(source)) => {
-                let compiled = ChatTemplate::new(source).map_err(|e| {
-                    vec![Unmodelled {
-                        setting: "default_chat_template_kwargs",
-                        value: serving::show(&Value::String(source.clone())),
-                        why: format!("its chat_template does not compile: {e}"),
-                    }]
-                })?;
-                Some((source.clone(), Arc::new(compiled)))
-            }
-            Some(other) => {
-                return Err(vec![Unmodelled {
-                    setting: "default_chat_template_kwargs",
-                    value: serving::show(other),
-                    why: "its chat_template is not a string".into(),
-                }])
-            }
-        };
-        let source = selected
-            .encoder
-            .jinja()
-            .and_then(|j| j.template.as_ref().ok())
-            .map(|(s, t)| (s.clone(), t.clone()));
-        let decoder_reranker = source
-            .as_ref()
-            .is_some_and(|(s, _)| is_decoder_reranker_template(s));
-        let api = chat_api::ModelTraits::new(
-            &files,
-            server.arch.as_ref().or(files.arch()),
-            &selected.encoder,
-            source.as_ref().map(|(s, t)| (&**s, &**t)),
-        );
         Ok(Self {
             files,
             server,
-            encoder: selected.encoder,
-            content_format: selected.content_format,
-            kwarg_template,
-            decoder_reranker,
-            api,
-            media: MediaBounds::default(),
+            builds,
         })
     }
 
@@ -491,27 +467,24 @@ impl ModelCounter {
         &self.server
     }
 
-    /// The encoder chat requests go through.
+    /// The encoder chat requests go through on the newest release the
+    /// server may run.
     pub fn encoder(&self) -> &Encoder {
-        &self.encoder
+        &self.builds[0].encoder
     }
 
     /// Admits media items of the kinds `bounds` sets, each counted as its bound.
     pub fn set_media_bounds(&mut self, bounds: MediaBounds) {
-        self.media = bounds;
+        for build in &mut self.builds {
+            build.media = bounds;
+        }
     }
 
-    /// The chat preprocessing options of `/v1/chat/completions` for this model.
-    fn chat_options(&self) -> preprocess::Options {
-        preprocess::Options {
-            media: self.media,
-            style: match self.encoder {
-                Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
-                _ => preprocess::MessageStyle::Template,
-            },
-            wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
-            ..preprocess::Options::for_server(&self.server)
-        }
+    /// SGLang's `supports_inline_system` for this model's template as the guard
+    /// reads it (on the newest release the server may run), `None` when it
+    /// cannot tell (then both readings are counted).
+    pub fn inline_system_support(&self) -> Option<bool> {
+        self.builds[0].api.inline_system()
     }
 
     pub fn can_count(&self) -> bool {
@@ -545,10 +518,9 @@ impl ModelCounter {
     /// without one, [`Self::decide_by_bound`] only decides units that need
     /// no tokenizer.
     pub fn has_bound(&self) -> bool {
-        self.files
-            .tokenizer
-            .as_ref()
-            .is_some_and(|t| t.bound_rule().has_bound())
+        self.builds
+            .iter()
+            .all(|b| b.tokenizer().is_ok_and(|t| t.bound_rule().has_bound()))
     }
 
     /// The bound step of [`Self::count_with`] alone, without tokenizing:
@@ -606,6 +578,247 @@ impl ModelCounter {
             tokens: self.count_in(unit, clock, &ctx)?,
             method: CountMethod::Exact,
         })
+    }
+
+    /// A unit's count: the largest count of any build. A build that refuses
+    /// the unit as SGLang would (its release refuses the request) is passed
+    /// over when another counts it; any other failure refuses the unit.
+    fn count_in(&self, unit: &Unit, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
+        if let [only] = &self.builds[..] {
+            return only.count_in(unit, clock, ctx);
+        }
+        if let Unit::Chat(body) = unit {
+            return self.count_chat(body, clock, ctx);
+        }
+        let mut best = Largest::default();
+        let mut counted_with: Vec<(u64, usize)> = Vec::new();
+        for (i, build) in self.builds.iter().enumerate() {
+            // Most units depend on the build through its tokenizer alone.
+            let key = (
+                build.tokenizer_id(),
+                if build.tokenizer_only(unit) { 0 } else { i + 1 },
+            );
+            if counted_with.contains(&key) {
+                continue;
+            }
+            counted_with.push(key);
+            best.add(build.count_in(unit, clock, ctx))?;
+            if ctx.stopped.get() {
+                break;
+            }
+        }
+        best.into_result()
+    }
+
+    /// A chat unit on several builds: the preprocessing runs once for every
+    /// build whose chat rules agree on the rules it consulted, and a prompt
+    /// is counted once per encoder and tokenizer.
+    fn count_chat(&self, body: &Value, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
+        let mut prepared: Vec<(PrepKey, Consulted, Result<Arc<Prepared>, CountError>)> = Vec::new();
+        let mut counted_with: Vec<(u64, u64, usize)> = Vec::new();
+        let mut best = Largest::default();
+        for build in &self.builds {
+            let key = build.prep_key();
+            let index = match prepared
+                .iter()
+                .position(|(k, c, _)| *k == key && c.agrees_with(&build.rules))
+            {
+                Some(i) => i,
+                None => {
+                    let consulted = Consulted::new(build.rules);
+                    let result = build.prepare_chat(body, &consulted).map(Arc::new);
+                    prepared.push((key, consulted, result));
+                    prepared.len() - 1
+                }
+            };
+            let counted = (build.tokenizer_id(), build.encoder_key, index);
+            if counted_with.contains(&counted) {
+                continue;
+            }
+            counted_with.push(counted);
+            let result = match &prepared[index].2 {
+                Ok(p) => build.count_prepared(p, clock, ctx),
+                Err(e) => Err(e.clone()),
+            };
+            best.add(result)?;
+            if ctx.stopped.get() {
+                break;
+            }
+        }
+        best.into_result()
+    }
+
+    /// The chat prompt text after SGLang's preprocessing and the model's
+    /// encoder (without a `continue_final_message` prefix), as the oldest
+    /// release the server may run builds it. For operators debugging a
+    /// template from the CLI; the server never prints or logs prompts.
+    pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
+        let oldest = self.builds.last().expect("at least one build");
+        oldest.render_chat(body, clock)
+    }
+
+    /// The tokenizer of the newest release the server may run.
+    pub fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
+        self.builds[0].tokenizer()
+    }
+}
+
+/// What a chat body's preprocessing depends on besides the body and the
+/// chat rules: builds equal in these (and agreeing on the rules consulted)
+/// share one preprocessing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PrepKey {
+    content_format: ContentFormat,
+    style: preprocess::MessageStyle,
+    wire: bool,
+}
+
+/// The largest count among builds, and the first refusal in case none counts.
+#[derive(Default)]
+struct Largest {
+    best: Option<usize>,
+    refusal: Option<CountError>,
+}
+
+impl Largest {
+    /// Takes one build's result. A refusal SGLang itself would give (the
+    /// request is invalid, or the template raises) only matters when no
+    /// build counts; any other failure means the guard cannot see the
+    /// length, and refuses the unit at once.
+    fn add(&mut self, result: Result<usize, CountError>) -> Result<(), CountError> {
+        match result {
+            Ok(n) => self.best = Some(self.best.map_or(n, |b| b.max(n))),
+            Err(e @ (CountError::Invalid { .. } | CountError::Template(_))) => {
+                self.refusal.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn into_result(self) -> Result<usize, CountError> {
+        match (self.best, self.refusal) {
+            (Some(n), _) => Ok(n),
+            (None, Some(e)) => Err(e),
+            (None, None) => Ok(0),
+        }
+    }
+}
+
+impl Build {
+    /// How the family `release` builds prompts for `files` on `server`.
+    fn new(
+        files: &Arc<ModelFiles>,
+        server: &Arc<ServerConfig>,
+        release: Release,
+    ) -> Result<Self, Vec<Unmodelled>> {
+        let selected = encoder::select(files, server)?;
+        if release < Release::V0523 {
+            let why = match &selected.encoder {
+                Encoder::Dsv4 { .. } => Some(
+                    "before 0.5.23 SGLang encodes DeepSeek-V4 with its own encoding_dsv4, not deepseek-recipe, and \
+                     counts fewer tokens than 0.5.23 for some requests (reasoning effort, text parts, response_format)",
+                ),
+                Encoder::Glm53 { .. } => Some("GLM-5.3's Python template is SGLang 0.5.23's"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(vec![Unmodelled {
+                    setting: "version",
+                    value: release.range().into(),
+                    why: format!(
+                        "{why}; the guard models this encoder for 0.5.23 and later (state sglang_version when \
+                         discovery is off)"
+                    ),
+                }]);
+            }
+        }
+        let kwarg_template = match server.default_chat_template_kwargs.get("chat_template") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(source)) => {
+                let compiled = ChatTemplate::new(source).map_err(|e| {
+                    vec![Unmodelled {
+                        setting: "default_chat_template_kwargs",
+                        value: serving::show(&Value::String(source.clone())),
+                        why: format!("its chat_template does not compile: {e}"),
+                    }]
+                })?;
+                Some((source.clone(), Arc::new(compiled)))
+            }
+            Some(other) => {
+                return Err(vec![Unmodelled {
+                    setting: "default_chat_template_kwargs",
+                    value: serving::show(other),
+                    why: "its chat_template is not a string".into(),
+                }])
+            }
+        };
+        let source = selected
+            .encoder
+            .jinja()
+            .and_then(|j| j.template.as_ref().ok())
+            .map(|(s, t)| (s.clone(), t.clone()));
+        let decoder_reranker = source
+            .as_ref()
+            .is_some_and(|(s, _)| is_decoder_reranker_template(s));
+        let api = chat_api::ModelTraits::new(
+            files,
+            server.arch.as_ref().or(files.arch()),
+            &selected.encoder,
+            source.as_ref().map(|(s, t)| (&**s, &**t)),
+        );
+        Ok(Self {
+            files: files.clone(),
+            server: server.clone(),
+            releases: vec![release],
+            rules: release.chat_rules(),
+            encoder: selected.encoder,
+            encoder_key: 0,
+            content_format: selected.content_format,
+            kwarg_template,
+            decoder_reranker,
+            api,
+            media: MediaBounds::default(),
+        })
+    }
+
+    /// Whether `other` builds every prompt as `self` does (same rules,
+    /// encoder and tokenizer): then one build counts for both families.
+    fn builds_like(&self, other: &Build) -> bool {
+        self.rules == other.rules
+            && self.tokenizer_id() == other.tokenizer_id()
+            && self.encoder.same_as(&other.encoder)
+            && self.content_format == other.content_format
+    }
+
+    /// Whether this build counts `unit` with its tokenizer alone (not its
+    /// encoder or chat rules).
+    fn tokenizer_only(&self, unit: &Unit) -> bool {
+        match unit {
+            Unit::Ids(_) | Unit::Embeds(_) | Unit::Text(_) | Unit::Joined(_) => true,
+            // The decoder-reranker refusal depends on the template.
+            Unit::Pair(_, _) => false,
+            Unit::Chat(_) | Unit::ChatApi(_, _) => false,
+            Unit::Media(inner, _) => self.tokenizer_only(inner),
+        }
+    }
+
+    /// The identity of the tokenizer this build counts text with.
+    fn tokenizer_id(&self) -> u64 {
+        self.files.tokenizer.as_ref().map_or(0, TextTokenizer::id)
+    }
+
+    /// The chat preprocessing options of `/v1/chat/completions` for this model.
+    fn chat_options(&self) -> preprocess::Options {
+        preprocess::Options {
+            media: self.media,
+            style: match self.encoder {
+                Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
+                _ => preprocess::MessageStyle::Template,
+            },
+            wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
+            ..preprocess::Options::for_server(&self.server)
+        }
     }
 
     fn count_in(&self, unit: &Unit, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
@@ -706,20 +919,12 @@ impl ModelCounter {
     /// encoder (without a `continue_final_message` prefix). For operators
     /// debugging a template from the CLI; the server never prints or logs
     /// prompts.
-    pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
-        match preprocess::prepare_with(body, self.content_format(), &self.chat_options())? {
+    fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
+        match self.prepare_chat(body, &Consulted::new(self.rules))? {
             Prepared::Ids(_) => Err(CountError::invalid(
                 "the request carries input_ids: SGLang applies no chat template to it",
             )),
-            Prepared::Template(mut inputs) => {
-                // The prompt of the oldest release the server may run.
-                if let Some(oldest) = self.server.releases.iter().next() {
-                    if let Some(old) =
-                        inputs.as_built_by(oldest, matches!(self.encoder, Encoder::Dsv32))
-                    {
-                        *inputs = old;
-                    }
-                }
+            Prepared::Template(inputs) => {
                 if let Encoder::Dsv4 { .. } = self.encoder {
                     let prompt = self.dsv4_prompt(&inputs)?;
                     return Ok(self.spell_pieces(&prompt));
@@ -729,7 +934,7 @@ impl ModelCounter {
         }
     }
 
-    pub fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
+    fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
         self.files.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
     }
 
@@ -767,45 +972,36 @@ impl ModelCounter {
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
     /// `_append_assistant_prefix_to_prompt_ids`.
     fn count_chat(&self, body: &Value, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
-        self.count_prepared(
-            preprocess::prepare_with(body, self.content_format(), &self.chat_options())?,
-            clock,
-            ctx,
-        )
+        let prepared = self.prepare_chat(body, &Consulted::new(self.rules))?;
+        self.count_prepared(&prepared, clock, ctx)
+    }
+
+    /// SGLang's chat preprocessing of `body` under this build's rules
+    /// (read through `rules`, which records the ones consulted).
+    fn prepare_chat(&self, body: &Value, rules: &Consulted) -> Result<Prepared, CountError> {
+        preprocess::prepare_with(body, self.content_format(), &self.chat_options(), rules)
+    }
+
+    /// What [`Self::prepare_chat`] depends on besides the body and the rules.
+    fn prep_key(&self) -> PrepKey {
+        let options = self.chat_options();
+        PrepKey {
+            content_format: self.content_format,
+            style: options.style,
+            wire: options.wire,
+        }
     }
 
     fn count_prepared(
         &self,
-        prepared: Prepared,
+        prepared: &Prepared,
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
-        let inputs = match prepared {
-            Prepared::Ids(n) => return Ok(n),
-            Prepared::Template(inputs) => inputs,
-        };
-        // The prompt as each release the server may run builds it (one
-        // input for most requests); the largest count is the prompt's length.
-        let mut variants: Vec<std::borrow::Cow<'_, ChatInputs>> = Vec::with_capacity(1);
-        let reads_all_tools = matches!(self.encoder, Encoder::Dsv32);
-        for release in self.server.releases.iter() {
-            let variant = match inputs.as_built_by(release, reads_all_tools) {
-                Some(v) => std::borrow::Cow::Owned(v),
-                None => std::borrow::Cow::Borrowed(&*inputs),
-            };
-            if !variants.iter().any(|v| v.same_as(&variant)) {
-                variants.push(variant);
-            }
+        match prepared {
+            Prepared::Ids(n) => Ok(*n),
+            Prepared::Template(inputs) => self.count_inputs(inputs, clock, ctx),
         }
-        let mut n = 0;
-        for variant in &variants {
-            n = n.max(self.count_inputs(variant, clock, ctx)?);
-            if ctx.stopped.get() {
-                // At the limit already: another variant can only confirm it.
-                break;
-            }
-        }
-        Ok(n)
     }
 
     fn count_inputs(

@@ -22,7 +22,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::py::{self, lax_bool, lax_int};
-use super::serving::{Release, ServerConfig};
+use super::release::{Consulted, EncoderTools, ToolDump};
+use super::serving::ServerConfig;
 use super::template::ContentFormat;
 use super::unicode;
 use super::{invalid, invalid_param, CountError, MediaBounds, MediaKind};
@@ -130,8 +131,8 @@ pub struct ChatInputs {
     /// Every request tool, dumped (the dsv32 encoder renders them all when
     /// any reaches the template).
     pub all_tools: Option<Value>,
-    /// 0.5.19-0.5.21: the model-specific encoders render every request tool
-    /// even when none reaches the template (`tool_choice: "none"`).
+    /// The model-specific encoder renders every request tool even when none
+    /// reaches the template (`tool_choice: "none"`; [`EncoderTools`]).
     pub encoders_get_all_tools: bool,
     /// `extra_template_kwargs`: `reasoning_effort`, then
     /// `chat_template_kwargs` (server defaults merged in), as SGLang passes
@@ -175,55 +176,6 @@ impl ChatInputs {
         })
     }
 
-    /// `self` as `release` builds it, or `None` when that is the same
-    /// prompt input. Before 0.5.23 the `Function` model declared `strict:
-    /// bool = False` and no key order, so `Tool.model_dump()` gave every
-    /// function `description, name, parameters, strict, [defer_loading]` in
-    /// that order, `"strict": false` where the client set none (0.5.23 keeps
-    /// the client's keys and order): a few tokens more per tool on most
-    /// templates, and the order can move a count either way.
-    ///
-    /// `encoder_reads_all_tools`: the model's encoder renders `all_tools` (dsv32);
-    /// for the others the release's choice of encoder tools changes nothing.
-    pub fn as_built_by(
-        &self,
-        release: Release,
-        encoder_reads_all_tools: bool,
-    ) -> Option<ChatInputs> {
-        let legacy_dump =
-            release.dumps_tool_model_fields() && (self.tools.is_some() || self.all_tools.is_some());
-        let encoders_get_all_tools = encoder_reads_all_tools
-            && release.encoders_get_tools_despite_choice_none()
-            && self.all_tools.is_some();
-        // Most requests (no tools, or the reference release) end here, uncopied.
-        if !legacy_dump && encoders_get_all_tools == self.encoders_get_all_tools {
-            return None;
-        }
-        let dump = |tools: &Option<Value>| {
-            if legacy_dump {
-                legacy_tool_dump(tools.as_ref())
-            } else {
-                tools.clone()
-            }
-        };
-        let variant = ChatInputs {
-            tools: dump(&self.tools),
-            all_tools: dump(&self.all_tools),
-            encoders_get_all_tools,
-            ..self.clone()
-        };
-        (!variant.same_as(self)).then_some(variant)
-    }
-
-    /// Whether two variants of one request ([`ChatInputs::as_built_by`]) are
-    /// the same prompt input (key order included).
-    pub fn same_as(&self, other: &ChatInputs) -> bool {
-        let spelled = |v: &Option<Value>| v.as_ref().map(Value::to_string);
-        spelled(&self.tools) == spelled(&other.tools)
-            && spelled(&self.all_tools) == spelled(&other.all_tools)
-            && self.encoders_get_all_tools == other.encoders_get_all_tools
-    }
-
     /// SGLang's retry argument: each tool replaced by its `function` object
     /// (`[t["function"] if "function" in t else t for t in tools]`).
     pub fn flat_tools(&self) -> Option<Value> {
@@ -238,31 +190,6 @@ impl ChatInputs {
                 .collect(),
         ))
     }
-}
-
-/// [`ChatInputs::with_legacy_tools`] on one dumped tool list (as
-/// [`ToolDef::dump`] gives it: every field the client set is there, and
-/// `description`/`parameters` as `null` when it set none).
-fn legacy_tool_dump(tools: Option<&Value>) -> Option<Value> {
-    let tools = tools?.as_array()?;
-    let legacy = tools.iter().map(|tool| {
-        let mut tool = tool.clone();
-        if let Some(Value::Object(f)) = tool.get_mut("function") {
-            let field = |k: &str| f.get(k).cloned().unwrap_or(Value::Null);
-            let mut dumped = Map::new();
-            dumped.insert("description".into(), field("description"));
-            dumped.insert("name".into(), field("name"));
-            dumped.insert("parameters".into(), field("parameters"));
-            let strict = f.get("strict").cloned().unwrap_or(Value::Bool(false));
-            dumped.insert("strict".into(), strict);
-            if let Some(d) = f.get("defer_loading").filter(|d| !d.is_null()) {
-                dumped.insert("defer_loading".into(), d.clone());
-            }
-            *f = dumped;
-        }
-        tool
-    });
-    Some(Value::Array(legacy.collect()))
 }
 
 // ---------------------------------------------------------------------------
@@ -369,6 +296,41 @@ impl ToolDef {
             function,
             defer_loading,
         })
+    }
+
+    /// `Tool.model_dump()` as the release's `Function` model dumps it.
+    fn dump_as(&self, how: ToolDump) -> Value {
+        match how {
+            ToolDump::ClientKeys => self.dump(),
+            ToolDump::ModelFields => self.dump_model_fields(),
+        }
+    }
+
+    /// `Function` with `strict: bool = False` and no serializer: its fields
+    /// in declaration order, `"strict": false` where the client set none,
+    /// `defer_loading` only when set.
+    fn dump_model_fields(&self) -> Value {
+        let f = &self.function;
+        let mut func = Map::new();
+        let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::String);
+        func.insert("description".into(), text(&f.description));
+        func.insert("name".into(), Value::String(f.name.clone()));
+        func.insert(
+            "parameters".into(),
+            f.parameters.clone().unwrap_or(Value::Null),
+        );
+        func.insert("strict".into(), Value::Bool(f.strict.unwrap_or(false)));
+        if let Some(d) = f.defer_loading {
+            func.insert("defer_loading".into(), Value::Bool(d));
+        }
+        let mut out = Map::new();
+        out.insert("type".into(), Value::String(self.kind.clone()));
+        out.insert("function".into(), Value::Object(func));
+        out.insert(
+            "defer_loading".into(),
+            self.defer_loading.map(Value::Bool).unwrap_or(Value::Null),
+        );
+        Value::Object(out)
     }
 
     /// `Tool.model_dump()` with `Function._serialize`: the function keeps the
@@ -703,14 +665,17 @@ enum ToolChoice {
 /// Runs SGLang's chat preprocessing on a raw body. `format` is the template's
 /// content format (`detect_jinja_template_content_format`).
 pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountError> {
-    prepare_with(body, format, &Options::default())
+    let rules = Consulted::new(super::Release::V0523.chat_rules());
+    prepare_with(body, format, &Options::default(), &rules)
 }
 
 /// [`prepare`] for a request that reaches `_process_messages` another way (see [`Options`]).
+/// `rules` are the release family's; the ones consulted are recorded in it.
 pub fn prepare_with(
     body: &Value,
     format: ContentFormat,
     opts: &Options,
+    rules: &Consulted,
 ) -> Result<Prepared, CountError> {
     let top = body
         .as_object()
@@ -732,6 +697,7 @@ pub fn prepare_with(
         body,
         format,
         opts,
+        rules,
         media_tokens,
     };
     process_messages(request, &stage)
@@ -744,6 +710,7 @@ struct Stage<'a> {
     body: &'a Value,
     format: ContentFormat,
     opts: &'a Options,
+    rules: &'a Consulted,
     media_tokens: usize,
 }
 
@@ -1234,13 +1201,14 @@ fn process_messages(
                         .iter()
                         .flatten()
                         .filter(|t| Some(&t.function.name) == name.as_ref())
-                        .map(ToolDef::dump)
+                        .map(|t| t.dump_as(stage.rules.tool_dump()))
                         .collect();
                     (!picked.is_empty()).then_some(Value::Array(picked))
                 }
                 _ => match tools {
                     Some(ts) if !ts.is_empty() => {
-                        Some(Value::Array(ts.iter().map(ToolDef::dump).collect()))
+                        let how = stage.rules.tool_dump();
+                        Some(Value::Array(ts.iter().map(|t| t.dump_as(how)).collect()))
                     }
                     _ => None,
                 },
@@ -1282,13 +1250,20 @@ fn apply_jinja_template(
         .tools
         .as_ref()
         .filter(|ts| !ts.is_empty())
-        .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect()));
+        .map(|ts| {
+            let how = stage.rules.tool_dump();
+            Value::Array(ts.iter().map(|t| t.dump_as(how)).collect())
+        });
+    // Only the DeepSeek-V3.2 branch reads `all_tools` (the others render `tools`).
+    let encoders_get_all_tools = opts.style == MessageStyle::Dsv32
+        && all_tools.is_some()
+        && stage.rules.encoder_tools() == EncoderTools::EveryRequestTool;
 
     Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
         tools,
         all_tools,
-        encoders_get_all_tools: false,
+        encoders_get_all_tools,
         extra,
         assistant_prefix,
         media_tokens: stage.media_tokens,
@@ -1940,6 +1915,10 @@ fn all_unique(items: &[Value]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    fn reference() -> crate::count::release::Consulted {
+        crate::count::release::Consulted::new(crate::count::Release::V0523.chat_rules())
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -2256,7 +2235,7 @@ mod tests {
             },
             ..Options::default()
         };
-        let inputs = |format, o: &Options| match prepare_with(&body, format, o) {
+        let inputs = |format, o: &Options| match prepare_with(&body, format, o, &reference()) {
             Ok(Prepared::Template(t)) => *t,
             other => panic!("expected template inputs, got {other:?}"),
         };
@@ -2280,7 +2259,7 @@ mod tests {
             opts(None, Some(10)),
             Options::default(),
         ] {
-            match prepare_with(&body, ContentFormat::String, &o) {
+            match prepare_with(&body, ContentFormat::String, &o, &reference()) {
                 Err(CountError::Unsupported(m)) => {
                     assert!(m.contains("Model only supports text input"), "{m}");
                     // and how to admit it
@@ -2291,7 +2270,7 @@ mod tests {
         }
         // Without media, nothing is charged.
         let text = json!({"messages": [{"role": "user", "content": "q"}]});
-        match prepare_with(&text, ContentFormat::String, &both) {
+        match prepare_with(&text, ContentFormat::String, &both, &reference()) {
             Ok(Prepared::Template(t)) => assert_eq!(t.media_tokens, 0),
             other => panic!("{other:?}"),
         }
@@ -2299,7 +2278,7 @@ mod tests {
         let mut ids = body.clone();
         ids["input_ids"] = json!([1, 2]);
         assert!(matches!(
-            prepare_with(&ids, ContentFormat::String, &both),
+            prepare_with(&ids, ContentFormat::String, &both, &reference()),
             Ok(Prepared::Ids(18))
         ));
     }

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::encoder::harmony::ToolServer;
+use super::release::{Releases, UNKNOWN_VERSION};
 
 /// Where SGLang publishes a setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,11 +361,10 @@ impl Observed {
                 o.set(s.name, v.clone());
             }
         }
-        // `/server_info` has carried `version` in every build the guard
-        // models; an answer without it is not SGLang's own (a test double or
-        // a proxy), and is read as the reference build's.
+        // Every SGLang release publishes `version`; an answer without it
+        // (a proxy in between, a test double) may be from any release.
         if server_info.get("version").is_none_or(Value::is_null) {
-            o.set("version", Value::String(REFERENCE_VERSION.into()));
+            o.set("version", Value::String(UNKNOWN_VERSION.into()));
         }
         // The tokenizer path defaults to the model path (resolved at launch):
         // only a different one is a setting.
@@ -430,10 +430,13 @@ impl Observed {
 
     /// The settings `self` sets that `live` contradicts: a static value the
     /// live server does not have.
+    /// A live server that does not say its release contradicts no stated one.
     pub fn contradicted_by(&self, live: &Observed) -> Vec<&'static str> {
+        let unknown = Value::String(UNKNOWN_VERSION.into());
         self.values
             .iter()
             .filter(|(k, v)| live.values.get(*k) != Some(*v))
+            .filter(|(k, _)| !(**k == "version" && live.values.get(*k) == Some(&unknown)))
             .map(|(k, _)| *k)
             .collect()
     }
@@ -956,111 +959,6 @@ pub struct ServerConfig {
     pub env: SglangEnv,
 }
 
-/// The SGLang release the guard's counts are checked against (the goldens').
-pub const REFERENCE_VERSION: &str = "0.5.23";
-
-/// The releases whose request handling builds different prompts, each
-/// compared with the release's own code (`src/count/testdata/gen_versions.py`,
-/// `tests/versions.rs`). Ordered oldest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Release {
-    /// 0.5.19-0.5.21: request tools dumped by their pydantic model
-    /// (`Function.strict: bool = False`, fields in model order); the
-    /// DeepSeek encoders get every request tool even under `tool_choice: "none"`
-    /// (`if request.tools:`).
-    V0519,
-    /// 0.5.22: the tools dump as before; the DeepSeek encoders get tools only
-    /// when the template does (`request.tools if tools else None`).
-    V0522,
-    /// 0.5.23 and later: the client's keys, in its order.
-    V0523,
-}
-
-impl Release {
-    const ALL: [Release; 3] = [Release::V0519, Release::V0522, Release::V0523];
-
-    fn of(version: (u32, u32, u32)) -> Option<Release> {
-        match version {
-            v if v < (0, 5, 19) => None,
-            v if v < (0, 5, 22) => Some(Release::V0519),
-            v if v < (0, 5, 23) => Some(Release::V0522),
-            _ => Some(Release::V0523),
-        }
-    }
-
-    /// `Function` had `strict: bool = False` and no key order.
-    pub fn dumps_tool_model_fields(self) -> bool {
-        self < Release::V0523
-    }
-
-    /// `_apply_jinja_template` passed the encoders `request.tools` whenever set.
-    pub fn encoders_get_tools_despite_choice_none(self) -> bool {
-        self == Release::V0519
-    }
-}
-
-/// A non-empty set of [`Release`]s, oldest first; by default the reference.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Releases(Vec<Release>);
-
-impl Default for Releases {
-    fn default() -> Self {
-        Releases(vec![Release::V0523])
-    }
-}
-
-impl Releases {
-    pub fn iter(&self) -> impl Iterator<Item = Release> + '_ {
-        self.0.iter().copied()
-    }
-
-    /// Whether any release before `release` may be running.
-    pub fn any_before(&self, release: Release) -> bool {
-        self.0.first().is_some_and(|r| *r < release)
-    }
-}
-
-/// `major.minor.patch` of an SGLang version string (`0.5.19`, `0.5.19.post1`,
-/// `0.5.23rc0`, `v0.5.20`), or `None`.
-fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let mut parts = v.trim().trim_start_matches('v').splitn(3, '.');
-    let mut next = |all: bool| -> Option<u32> {
-        let p = parts.next()?;
-        let digits = if all {
-            p
-        } else {
-            &p[..p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len())]
-        };
-        digits.parse().ok()
-    };
-    Some((next(true)?, next(true)?, next(false)?))
-}
-
-/// The releases `value` names (one version string, or the list several
-/// workers report), or why they are not modelled.
-fn releases_of(value: &Value) -> Result<Vec<Release>, String> {
-    let versions: Vec<&Value> = match value {
-        Value::Array(list) => list.iter().collect(),
-        v => vec![v],
-    };
-    let mut releases = Vec::new();
-    for v in versions {
-        let text = v.as_str().unwrap_or_default();
-        let parsed = parse_version(text)
-            .ok_or_else(|| format!("`{}` is not an SGLang version the guard can read", show(v)))?;
-        let release = Release::of(parsed).ok_or_else(|| {
-            format!(
-                "{text} is older than 0.5.19, the oldest SGLang whose request handling the guard's counts are \
-                 checked against; upgrade the server (0.5.21 and later are not exposed to the leak)"
-            )
-        })?;
-        releases.push(release);
-    }
-    releases.sort();
-    releases.dedup();
-    Ok(releases)
-}
-
 impl ServerConfig {
     /// The typed settings of `observed`, or every setting in it the guard
     /// does not model. `env` carries the environment values (which are
@@ -1167,8 +1065,8 @@ impl ServerConfig {
                         );
                     }
                 }
-                "version" => match releases_of(value) {
-                    Ok(releases) => c.releases = Releases(releases),
+                "version" => match Releases::of_versions(value) {
+                    Ok(releases) => c.releases = releases,
                     Err(why) => refuse(name, value, why),
                 },
                 "tokenizer_path" | "revision" => {
@@ -1200,9 +1098,8 @@ impl ServerConfig {
             }
         }
         if !observed.is_set("version") {
-            // Only a static configuration leaves it out: every SGLang build
-            // publishes it (see `Observed::from_server`).
-            c.releases = Releases(Release::ALL.to_vec());
+            // Nobody said which release the server runs: it may be any.
+            c.releases = Releases::any();
         }
         if problems.is_empty() {
             Ok(c)
@@ -1249,6 +1146,7 @@ pub fn needs_acknowledgement(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::count::release::Release;
     use serde_json::json;
 
     #[test]
@@ -1302,14 +1200,9 @@ mod tests {
             releases(json!(["0.5.23", "0.5.19", "0.5.20"])),
             Ok(vec![V0519, V0523])
         );
-        for bad in [
-            json!("0.5.18"),
-            json!("0.4.10.post2"),
-            json!("latest"),
-            json!(5),
-        ] {
-            let why = releases(bad.clone()).unwrap_err();
-            assert_eq!(why[0].setting, "version", "{bad}");
+        // A version nobody can read: any release.
+        for unknown in [json!("latest"), json!(5), json!(UNKNOWN_VERSION)] {
+            assert_eq!(releases(unknown), Ok(Release::ALL.to_vec()));
         }
         // A static configuration that states no version: every release.
         assert_eq!(
@@ -1321,9 +1214,14 @@ mod tests {
             ServerConfig::default().releases.iter().collect::<Vec<_>>(),
             [V0523]
         );
-        // A `/server_info` answer always has one; one without is read as the reference.
+        // A `/server_info` answer without one: any release, and it
+        // contradicts no version a static configuration states.
         let o = Observed::from_server(&json!({}), None);
-        assert_eq!(o.get("version"), Some(&json!(REFERENCE_VERSION)));
+        assert_eq!(o.get("version"), Some(&json!(UNKNOWN_VERSION)));
+        let mut stat = Observed::default();
+        stat.set("version", json!("0.5.19"));
+        assert!(stat.contradicted_by(&o).is_empty());
+        assert_eq!(o.overlaid(&stat).get("version"), Some(&json!("0.5.19")));
     }
 
     #[test]

@@ -343,6 +343,13 @@ pub struct TextTokenizer {
     id: u64,
 }
 
+impl TextTokenizer {
+    /// This instance's identity: two tokenizers with the same id split alike.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
 impl std::fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextTokenizer")

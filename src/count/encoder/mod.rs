@@ -125,6 +125,34 @@ impl Encoder {
         }
     }
 
+    /// Whether `other` builds every prompt as `self` does (then one count
+    /// serves both).
+    pub fn same_as(&self, other: &Encoder) -> bool {
+        let same_jinja = |a: &Jinja, b: &Jinja| match (&a.template, &b.template) {
+            (Ok((a, _)), Ok((b, _))) => a == b,
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        };
+        match (self, other) {
+            (Encoder::Jinja(a), Encoder::Jinja(b)) => same_jinja(a, b),
+            (
+                Encoder::Glm53 { variant, jinja },
+                Encoder::Glm53 {
+                    variant: v2,
+                    jinja: j2,
+                },
+            ) => variant == v2 && same_jinja(jinja, j2),
+            (Encoder::Dsv32, Encoder::Dsv32) => true,
+            (Encoder::Dsv4 { encoder, .. }, Encoder::Dsv4 { encoder: e2, .. }) => {
+                Arc::ptr_eq(encoder, e2)
+            }
+            (
+                Encoder::Jinja(_) | Encoder::Glm53 { .. } | Encoder::Dsv32 | Encoder::Dsv4 { .. },
+                _,
+            ) => false,
+        }
+    }
+
     /// A short name for logs, `audit` and the README's model table.
     pub fn name(&self) -> &'static str {
         match self {
