@@ -77,7 +77,7 @@ async fn counter_for_count(
     if live.is_none() && flags.sglang_version.is_none() {
         // `count` answers "what does SGLang compute", for the release the
         // goldens pin unless told another; `serve` errs upward instead.
-        flags.sglang_version = Some(crate::count::serving::REFERENCE_VERSION.to_string());
+        flags.sglang_version = Some(crate::count::release::REFERENCE_VERSION.to_string());
     }
     counter_for_server(&args.tokenizer, &args.revision, &flags, live).await
 }

@@ -1244,9 +1244,8 @@ impl Build {
         if let Ok(text) = template.render(&first) {
             return Ok(text);
         }
-        let flat = inputs.flat_tools();
         let retry = RenderContext {
-            tools: flat.as_ref(),
+            tools: inputs.retry_tools.as_ref(),
             ..first
         };
         template

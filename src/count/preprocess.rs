@@ -22,7 +22,10 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::py::{self, lax_bool, lax_int};
-use super::release::{Consulted, EncoderTools, ToolDump};
+use super::release::{
+    Consulted, EffortVariable, EncoderTools, ListContent, MessageFields, ReasoningInputs,
+    TemplateKwargs, ToolCallArguments, ToolDump, ToolRetry, TrailingAssistant,
+};
 use super::serving::ServerConfig;
 use super::template::ContentFormat;
 use super::unicode;
@@ -72,6 +75,8 @@ pub struct Options {
     /// How messages are handed to the encoder: the Jinja path's processing,
     /// or the DeepSeek-V3.2 encoder's.
     pub style: MessageStyle,
+    /// `--tool-call-parser deepseekv3` (see [`super::release::ChatRules::deepseek_v3_tool_prompt`]).
+    pub deepseek_v3_parser: bool,
     /// Also dump the request as recipe receives it ([`ChatInputs::wire`]).
     /// recipe serializes tool-call arguments itself, so its adapter also
     /// leaves arguments that are not a JSON object as they are
@@ -97,6 +102,7 @@ impl Options {
         Options {
             default_kwargs: Arc::new(server.default_chat_template_kwargs.clone()),
             trust_request_chat_template: server.trust_request_chat_template,
+            deepseek_v3_parser: server.tool_call_parser.as_deref() == Some("deepseekv3"),
             ..Options::default()
         }
     }
@@ -128,6 +134,8 @@ pub struct ChatInputs {
     pub messages: Value,
     /// The dumped tools, or `None` (no tools / `tool_choice: "none"` / no match).
     pub tools: Option<Value>,
+    /// The tools of SGLang's second attempt, when the first render raised.
+    pub retry_tools: Option<Value>,
     /// Every request tool, dumped (the dsv32 encoder renders them all when
     /// any reaches the template).
     pub all_tools: Option<Value>,
@@ -174,21 +182,6 @@ impl ChatInputs {
             documents,
             template_override,
         })
-    }
-
-    /// SGLang's retry argument: each tool replaced by its `function` object
-    /// (`[t["function"] if "function" in t else t for t in tools]`).
-    pub fn flat_tools(&self) -> Option<Value> {
-        let tools = self.tools.as_ref()?.as_array()?;
-        Some(Value::Array(
-            tools
-                .iter()
-                .map(|t| match t.get("function") {
-                    Some(f) if t.is_object() => f.clone(),
-                    _ => t.clone(),
-                })
-                .collect(),
-        ))
     }
 }
 
@@ -298,18 +291,32 @@ impl ToolDef {
         })
     }
 
-    /// `Tool.model_dump()` as the release's `Function` model dumps it.
+    /// The tool as the release passes it to the template.
     fn dump_as(&self, how: ToolDump) -> Value {
+        let wrapped = |function: Value, defer_loading: Option<Value>| {
+            let mut out = Map::new();
+            out.insert("type".into(), Value::String(self.kind.clone()));
+            out.insert("function".into(), function);
+            if let Some(d) = defer_loading {
+                out.insert("defer_loading".into(), d);
+            }
+            Value::Object(out)
+        };
         match how {
+            ToolDump::Function => self.function_model_dump(false),
+            ToolDump::Wrapped => wrapped(self.function_model_dump(false), None),
+            ToolDump::WrappedDeferLoading => wrapped(
+                self.function_model_dump(true),
+                Some(self.defer_loading.map(Value::Bool).unwrap_or(Value::Null)),
+            ),
             ToolDump::ClientKeys => self.dump(),
-            ToolDump::ModelFields => self.dump_model_fields(),
         }
     }
 
-    /// `Function` with `strict: bool = False` and no serializer: its fields
-    /// in declaration order, `"strict": false` where the client set none,
-    /// `defer_loading` only when set.
-    fn dump_model_fields(&self) -> Value {
+    /// `Function.model_dump()` of a model with `strict: bool = False` and no
+    /// serializer: its fields in declaration order, `"strict": false` where
+    /// the client set none; from 0.5.11 `defer_loading` when set.
+    fn function_model_dump(&self, with_defer_loading: bool) -> Value {
         let f = &self.function;
         let mut func = Map::new();
         let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::String);
@@ -320,17 +327,10 @@ impl ToolDef {
             f.parameters.clone().unwrap_or(Value::Null),
         );
         func.insert("strict".into(), Value::Bool(f.strict.unwrap_or(false)));
-        if let Some(d) = f.defer_loading {
+        if let (true, Some(d)) = (with_defer_loading, f.defer_loading) {
             func.insert("defer_loading".into(), Value::Bool(d));
         }
-        let mut out = Map::new();
-        out.insert("type".into(), Value::String(self.kind.clone()));
-        out.insert("function".into(), Value::Object(func));
-        out.insert(
-            "defer_loading".into(),
-            self.defer_loading.map(Value::Bool).unwrap_or(Value::Null),
-        );
-        Value::Object(out)
+        Value::Object(func)
     }
 
     /// `Tool.model_dump()` with `Function._serialize`: the function keeps the
@@ -680,7 +680,7 @@ pub fn prepare_with(
     let top = body
         .as_object()
         .ok_or_else(|| invalid("Input should be a valid dictionary"))?;
-    let mut request = ChatCompletionRequest::validate(top)?;
+    let mut request = ChatCompletionRequest::validate(top, rules)?;
     // Assigned after construction: no validator runs on it.
     if let Some(effort) = &opts.assigned_reasoning_effort {
         request.reasoning_effort = Some(effort.clone());
@@ -688,10 +688,10 @@ pub fn prepare_with(
     let media_tokens = if opts.skip_validate_request {
         validate_media_content(&request.messages, &opts.media)?
     } else {
-        validate_request(&mut request, opts)?
+        validate_request(&mut request, opts, rules)?
     };
     if !opts.skip_convert_to_internal {
-        convert_to_internal_request(&mut request);
+        convert_to_internal_request(&mut request, rules);
     }
     let stage = Stage {
         body,
@@ -730,9 +730,9 @@ struct ChatCompletionRequest<'a> {
 impl<'a> ChatCompletionRequest<'a> {
     /// `ChatCompletionRequest.model_validate(body)`: the `mode="before"`
     /// validators, then the fields in declaration order.
-    fn validate(top: &'a Map<String, Value>) -> Result<Self, CountError> {
+    fn validate(top: &'a Map<String, Value>, rules: &Consulted) -> Result<Self, CountError> {
         let raw_tool_choice = set_tool_choice_default(top);
-        let (raw_effort, raw_ctk) = normalize_reasoning_inputs(top)?;
+        let (raw_effort, raw_ctk) = normalize_reasoning_inputs(top, rules)?;
 
         // --- field validation ---------------------------------------------------------
         let messages = match top.get("messages") {
@@ -767,9 +767,14 @@ impl<'a> ChatCompletionRequest<'a> {
             }
         };
         let tool_choice = ToolChoice::validate(&raw_tool_choice)?;
-        let reasoning_effort = validate_reasoning_effort(raw_effort)?;
+        // Fields a release does not declare are dropped by pydantic, unread.
+        let reasoning_effort = match raw_effort {
+            Some(_) if rules.effort_variable() == EffortVariable::NotAField => None,
+            raw => validate_reasoning_effort(raw)?,
+        };
         let chat_template_kwargs: Option<Map<String, Value>> = match raw_ctk {
             None => None,
+            Some(_) if rules.template_kwargs() == TemplateKwargs::NotAField => None,
             Some(Value::Object(m)) => Some(m),
             Some(_) => {
                 return Err(invalid_param(
@@ -778,8 +783,14 @@ impl<'a> ChatCompletionRequest<'a> {
                 ))
             }
         };
-        let continue_final_message = validate_continue_final_message(top)?;
-        let input_ids = validate_input_ids(top)?;
+        let continue_final_message = match top.get("continue_final_message") {
+            Some(_) if rules.trailing_assistant() == TrailingAssistant::AlwaysContinued => false,
+            _ => validate_continue_final_message(top)?,
+        };
+        let input_ids = match top.get("input_ids") {
+            Some(v) if !v.is_null() && !rules.chat_input_ids() => None,
+            _ => validate_input_ids(top)?,
+        };
         for key in [
             "return_sampling_mask",
             "return_meta_info",
@@ -831,6 +842,7 @@ fn set_tool_choice_default(top: &Map<String, Value>) -> Value {
 /// after `reasoning` is folded in and `thinking`/`enable_thinking` set.
 fn normalize_reasoning_inputs(
     top: &Map<String, Value>,
+    rules: &Consulted,
 ) -> Result<(Option<Value>, Option<Value>), CountError> {
     let mut raw_effort: Option<Value> = top
         .get("reasoning_effort")
@@ -840,6 +852,21 @@ fn normalize_reasoning_inputs(
         .get("chat_template_kwargs")
         .filter(|v| !v.is_null())
         .cloned();
+    if raw_effort.is_none() && top.get("reasoning").is_none_or(Value::is_null) {
+        // Every release's validator leaves such a request as it is.
+        return Ok((raw_effort, raw_ctk));
+    }
+    let level = rules.reasoning_inputs();
+    match level {
+        ReasoningInputs::Ignored => return Ok((raw_effort, raw_ctk)),
+        ReasoningInputs::EffortSetsBoth => {}
+        ReasoningInputs::EnabledSetsThinking
+        | ReasoningInputs::NoneTurnsThinkingOff
+        | ReasoningInputs::EnabledSetsBoth => {
+            legacy_reasoning_inputs(top, level, &mut raw_effort, &mut raw_ctk);
+            return Ok((raw_effort, raw_ctk));
+        }
+    }
     let mut thinking: Option<bool> = None;
     if let Some(Value::Object(r)) = top.get("reasoning") {
         let effort = r
@@ -898,6 +925,66 @@ fn normalize_reasoning_inputs(
         raw_ctk = Some(Value::Object(ctk));
     }
     Ok((raw_effort, raw_ctk))
+}
+
+/// `normalize_reasoning_inputs` of 0.5.2 to 0.5.15: only the three (then
+/// four) plain effort names move from `reasoning` to `reasoning_effort`; a
+/// truthy `reasoning.enabled` sets `thinking` (from 0.5.12 also
+/// `enable_thinking`); from 0.5.10 an effort of `"none"` sets both false.
+fn legacy_reasoning_inputs(
+    top: &Map<String, Value>,
+    level: ReasoningInputs,
+    raw_effort: &mut Option<Value>,
+    raw_ctk: &mut Option<Value>,
+) {
+    let mut set_default = |key: &str, value: bool| {
+        let mut ctk = match raw_ctk.take() {
+            Some(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        ctk.entry(key).or_insert(Value::Bool(value));
+        *raw_ctk = Some(Value::Object(ctk));
+    };
+    if let Some(Value::Object(r)) = top.get("reasoning") {
+        // `r.get("effort") or r.get("reasoning_effort")`
+        let effort = match r.get("effort") {
+            Some(e) if py::truthy(e) => Some(e),
+            _ => r.get("reasoning_effort"),
+        };
+        let names: &[&str] = if level == ReasoningInputs::EnabledSetsThinking {
+            &["low", "medium", "high"]
+        } else {
+            &["none", "low", "medium", "high"]
+        };
+        if let Some(Value::String(e)) = effort {
+            if names.contains(&e.as_str()) {
+                *raw_effort = Some(Value::String(e.clone()));
+            }
+        }
+        let enabled = match r.get("enabled") {
+            Some(v) if !v.is_null() => v.clone(),
+            _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
+        };
+        let enabled = match &enabled {
+            Value::String(s) => matches!(
+                unicode::lower(py::strip(s)).as_str(),
+                "1" | "true" | "yes" | "y" | "on"
+            ),
+            v => py::truthy(v),
+        };
+        if enabled {
+            set_default("thinking", true);
+            if level >= ReasoningInputs::EnabledSetsBoth {
+                set_default("enable_thinking", true);
+            }
+        }
+    }
+    if level >= ReasoningInputs::NoneTurnsThinkingOff
+        && raw_effort.as_ref().and_then(Value::as_str) == Some("none")
+    {
+        set_default("thinking", false);
+        set_default("enable_thinking", false);
+    }
 }
 
 impl ToolChoice {
@@ -1013,6 +1100,7 @@ fn validate_input_ids(top: &Map<String, Value>) -> Result<Option<usize>, CountEr
 fn validate_request(
     request: &mut ChatCompletionRequest<'_>,
     opts: &Options,
+    rules: &Consulted,
 ) -> Result<usize, CountError> {
     if request.messages.is_empty() {
         return Err(invalid("Messages cannot be empty."));
@@ -1070,7 +1158,7 @@ fn validate_request(
             ));
         }
     }
-    validate_tool_definitions(request)?;
+    validate_tool_definitions(request, rules)?;
     Ok(media_tokens)
 }
 
@@ -1128,7 +1216,10 @@ fn effective_tools<'r>(request: &'r ChatCompletionRequest<'_>) -> Vec<&'r ToolDe
 /// The "Validate tool definitions" loop of `_validate_request`: the type
 /// rewrite (`normalize_json_schema_types`) mutates the request's tools in
 /// place, so the rewritten schema is what the template renders.
-fn validate_tool_definitions(request: &mut ChatCompletionRequest<'_>) -> Result<(), CountError> {
+fn validate_tool_definitions(
+    request: &mut ChatCompletionRequest<'_>,
+    rules: &Consulted,
+) -> Result<(), CountError> {
     let request_tools = request.tools.iter_mut().flatten();
     let message_tools = request
         .messages
@@ -1137,7 +1228,9 @@ fn validate_tool_definitions(request: &mut ChatCompletionRequest<'_>) -> Result<
         .flat_map(|m| m.tools.iter_mut().flatten());
     for (i, tool) in request_tools.chain(message_tools).enumerate() {
         if let Some(p) = tool.function.parameters.as_mut() {
-            normalize_json_schema_types(p);
+            if rules.schema_types_rewritten() {
+                normalize_json_schema_types(p);
+            }
             if let Err(e) = check_schema(p, 0) {
                 return Err(invalid(format!(
                     "Tool {i} function has invalid 'parameters' schema: {e}"
@@ -1150,9 +1243,12 @@ fn validate_tool_definitions(request: &mut ChatCompletionRequest<'_>) -> Result<
 
 /// serving_chat.py `OpenAIServingChat._convert_to_internal_request`: pops
 /// `chat_template_kwargs["reasoning_effort"]` into `reasoning_effort`.
-fn convert_to_internal_request(request: &mut ChatCompletionRequest<'_>) {
+fn convert_to_internal_request(request: &mut ChatCompletionRequest<'_>, rules: &Consulted) {
     if let Some(m) = request.chat_template_kwargs.as_mut() {
-        if !m.is_empty() {
+        // Before 0.5.1 no field takes it: it stays a template kwarg.
+        if m.contains_key("reasoning_effort")
+            && rules.effort_variable() != EffortVariable::NotAField
+        {
             if let Some(v) = m.shift_remove("reasoning_effort") {
                 if !v.is_null() {
                     request.reasoning_effort = Some(v);
@@ -1228,20 +1324,50 @@ fn apply_jinja_template(
     stage: &Stage<'_>,
 ) -> Result<Prepared, CountError> {
     let opts = stage.opts;
+    let rules = stage.rules;
     let mut processed: Vec<Value> = Vec::with_capacity(request.messages.len());
-    for m in &request.messages {
-        processed.push(process_message(m, stage.format, opts.style, !opts.wire)?);
+    if let Some(system) = deepseek_v3_tool_prompt(tools.as_ref(), stage) {
+        processed.push(system);
     }
-    // Always runs: `_format_add_generation_prompt` is unset.
+    for m in &request.messages {
+        let split = matches!(m.content, Some(Content::Parts(_)))
+            && rules.list_content() == ListContent::OneMessagePerTextPart;
+        if split {
+            processed.extend(one_message_per_text_part(m, rules)?);
+        } else {
+            processed.push(process_message(
+                m,
+                stage.format,
+                opts.style,
+                !opts.wire,
+                rules,
+            )?);
+        }
+    }
     let assistant_prefix =
-        handle_last_assistant_message(&mut processed, request.continue_final_message);
+        handle_last_assistant_message(&mut processed, request.continue_final_message, rules)?;
 
     // Template kwargs: `reasoning_effort`, then `chat_template_kwargs`.
     let mut extra = Map::new();
-    if let Some(re) = &request.reasoning_effort {
-        extra.insert("reasoning_effort".into(), re.clone());
+    match rules.effort_variable() {
+        EffortVariable::NotAField => {}
+        EffortVariable::AlwaysMediumByDefault => {
+            let effort = request
+                .reasoning_effort
+                .clone()
+                .unwrap_or_else(|| Value::String("medium".into()));
+            extra.insert("reasoning_effort".into(), effort);
+        }
+        EffortVariable::WhenSet => {
+            if let Some(re) = &request.reasoning_effort {
+                extra.insert("reasoning_effort".into(), re.clone());
+            }
+        }
     }
     if let Some(m) = request.chat_template_kwargs {
+        if !m.is_empty() && rules.template_kwargs() == TemplateKwargs::PassedToTokenizingCall {
+            refuse_tokenizer_arguments(&m)?;
+        }
         for (k, v) in m {
             extra.insert(k, v);
         }
@@ -1251,17 +1377,19 @@ fn apply_jinja_template(
         .as_ref()
         .filter(|ts| !ts.is_empty())
         .map(|ts| {
-            let how = stage.rules.tool_dump();
+            let how = rules.tool_dump();
             Value::Array(ts.iter().map(|t| t.dump_as(how)).collect())
         });
     // Only the DeepSeek-V3.2 branch reads `all_tools` (the others render `tools`).
     let encoders_get_all_tools = opts.style == MessageStyle::Dsv32
         && all_tools.is_some()
-        && stage.rules.encoder_tools() == EncoderTools::EveryRequestTool;
+        && rules.encoder_tools() == EncoderTools::EveryRequestTool;
+    let retry_tools = tools.as_ref().map(|t| retry_tools(t, rules.tool_retry()));
 
     Ok(Prepared::Template(Box::new(ChatInputs {
         messages: Value::Array(processed),
         tools,
+        retry_tools,
         all_tools,
         encoders_get_all_tools,
         extra,
@@ -1276,35 +1404,164 @@ fn apply_jinja_template(
     })))
 }
 
-/// serving_chat.py `OpenAIServingChat._handle_last_assistant_message`: a
-/// final assistant message with text content becomes the assistant prefix
-/// under `continue_final_message`, a user message otherwise.
+/// `adapter.py` (0.4.5.post3 to 0.4.6.post2) under `--tool-call-parser
+/// deepseekv3`: a system message describing the template's tools, before
+/// the conversation. The text is the f-string's, indentation included.
+fn deepseek_v3_tool_prompt(tools: Option<&Value>, stage: &Stage<'_>) -> Option<Value> {
+    let tools = tools?.as_array().filter(|t| !t.is_empty())?;
+    if !stage.opts.deepseek_v3_parser || !stage.rules.deepseek_v3_tool_prompt() {
+        return None;
+    }
+    let mut content = String::from(
+        "You are a helpful Assistant.\n                    ## Tools\n                    ### Function\n                    \
+         You have the following functions available:\n                    ",
+    );
+    for tool in tools {
+        let name = match tool.get("name") {
+            Some(Value::String(n)) => n.clone(),
+            Some(v) => py::str(v, py::Repr::Py311)
+                .map(|s| s.into_owned())
+                .unwrap_or_default(),
+            None => String::new(),
+        };
+        content.push_str("\n                        - `");
+        content.push_str(&name);
+        content.push_str("`:\n                        ```json\n                        ");
+        content.push_str(&py::json_dumps(tool, &py::Dumps::default()));
+        content.push_str("\n                        ```\n                        ");
+    }
+    let mut m = Map::new();
+    m.insert("role".into(), Value::String("system".into()));
+    m.insert("content".into(), Value::String(content));
+    Some(Value::Object(m))
+}
+
+/// `adapter.py` (before 0.4.7): a message with list content becomes one
+/// message per text part, each with the message's other keys (`None`s
+/// dropped) and the part's text as content; other parts are dropped, and a
+/// list without text parts leaves no message at all.
+fn one_message_per_text_part(m: &Message<'_>, rules: &Consulted) -> Result<Vec<Value>, CountError> {
+    let Some(Content::Parts(parts)) = &m.content else {
+        unreachable!("called on list content only")
+    };
+    let fields = model_dump(m, true, rules, false)?;
+    let mut out = Vec::new();
+    for p in parts {
+        let Part::Text(text) = p else { continue };
+        let mut msg = Map::new();
+        for (k, v) in &fields {
+            if *k == "content" {
+                msg.insert("content".into(), Value::String((*text).to_owned()));
+            } else if let Some(v) = v {
+                msg.insert((*k).to_owned(), v.clone());
+            }
+        }
+        out.push(Value::Object(msg));
+    }
+    Ok(out)
+}
+
+/// Releases before 0.5.13 render with `apply_chat_template(tokenize=True,
+/// **chat_template_kwargs)`: a tokenizer argument among the kwargs acts on
+/// the ids (`padding` to `max_length`, `truncation`, ...), which the guard
+/// does not reproduce.
+fn refuse_tokenizer_arguments(kwargs: &Map<String, Value>) -> Result<(), CountError> {
+    for key in [
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    ] {
+        if kwargs
+            .get(key)
+            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
+        {
+            return Err(CountError::Unsupported(format!(
+                "chat_template_kwargs.{key}: SGLang before 0.5.13 passes it to the tokenizer, where it \
+                 changes the prompt ids; the guard does not count such prompts"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The tools of SGLang's second render attempt.
+fn retry_tools(tools: &Value, how: ToolRetry) -> Value {
+    let Some(list) = tools.as_array() else {
+        return tools.clone();
+    };
+    Value::Array(
+        list.iter()
+            .map(|t| match (how, t.get("function")) {
+                (ToolRetry::FunctionOnly, Some(f)) if t.is_object() => f.clone(),
+                (ToolRetry::FunctionOnly, _) => t.clone(),
+                (ToolRetry::WrapInFunction, Some(_)) if t.is_object() => t.clone(),
+                (ToolRetry::WrapInFunction, _) => {
+                    let mut w = Map::new();
+                    w.insert("function".into(), t.clone());
+                    Value::Object(w)
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A final assistant message with text content, as the release handles it:
+/// the assistant prefix to continue, kept as a turn, or (from 0.5.8,
+/// `_handle_last_assistant_message`) re-sent as a user message.
 fn handle_last_assistant_message(
     processed: &mut Vec<Value>,
     continue_final_message: bool,
-) -> Option<String> {
-    let last_is_assistant_text = processed.last().is_some_and(|last| {
-        last.get("role").and_then(Value::as_str) == Some("assistant")
-            && last.get("content").is_some_and(Value::is_string)
-    });
-    if !last_is_assistant_text {
-        return None;
+    rules: &Consulted,
+) -> Result<Option<String>, CountError> {
+    let last_is_assistant = processed
+        .last()
+        .is_some_and(|last| last.get("role").and_then(Value::as_str) == Some("assistant"));
+    if !last_is_assistant {
+        return Ok(None);
+    }
+    let continued = match rules.trailing_assistant() {
+        TrailingAssistant::AlwaysContinued => true,
+        TrailingAssistant::KeptAsAssistantTurn => continue_final_message,
+        TrailingAssistant::BecomesUserTurn => {
+            if !processed
+                .last()
+                .and_then(|m| m.get("content"))
+                .is_some_and(Value::is_string)
+            {
+                return Ok(None);
+            }
+            continue_final_message
+        }
+    };
+    if !continued {
+        if rules.trailing_assistant() == TrailingAssistant::BecomesUserTurn {
+            let Some(Value::Object(mut last)) = processed.pop() else {
+                return Ok(None);
+            };
+            let text = last
+                .remove("content")
+                .unwrap_or(Value::String(String::new()));
+            let mut user = Map::new();
+            user.insert("role".into(), Value::String("user".into()));
+            user.insert("content".into(), text);
+            processed.push(Value::Object(user));
+        }
+        return Ok(None);
     }
     let Some(Value::Object(mut last)) = processed.pop() else {
-        return None;
+        return Ok(None);
     };
-    let text = match last.remove("content") {
-        Some(Value::String(s)) => s,
-        _ => String::new(),
-    };
-    if continue_final_message {
-        return Some(text);
+    match last.remove("content") {
+        Some(Value::String(s)) => Ok(Some(s)),
+        // `tokenizer.encode(list)` raises: SGLang answers with an error.
+        _ => Err(invalid(
+            "continue_final_message: the final assistant message's content is not text",
+        )),
     }
-    let mut user = Map::new();
-    user.insert("role".into(), Value::String("user".into()));
-    user.insert("content".into(), Value::String(text));
-    processed.push(Value::Object(user));
-    None
 }
 
 /// The kind of a validated media part (`image_url`, `video_url`, `audio_url`).
@@ -1407,8 +1664,9 @@ fn process_message(
     format: ContentFormat,
     style: MessageStyle,
     strict_arguments: bool,
+    rules: &Consulted,
 ) -> Result<Value, CountError> {
-    let fields = model_dump(m, strict_arguments)?;
+    let fields = model_dump(m, strict_arguments, rules, style == MessageStyle::Dsv32)?;
     let list_content: Option<&[Part<'_>]> = match &m.content {
         Some(Content::Parts(p)) => Some(p.as_slice()),
         _ => None,
@@ -1417,7 +1675,12 @@ fn process_message(
         return dsv32_message(fields, list_content);
     }
     let mut out = process_content_for_template_format(fields, list_content, format);
-    normalize_tool_content(&m.role, &mut out);
+    if m.role == "tool"
+        && out.get("content").is_some_and(Value::is_array)
+        && rules.tool_content_joined()
+    {
+        normalize_tool_content(&mut out);
+    }
     Ok(Value::Object(out))
 }
 
@@ -1428,7 +1691,14 @@ type Dumped = Vec<(&'static str, Option<Value>)>;
 /// `msg.model_dump()` with `normalize_assistant_tool_call_arguments` applied
 /// and `content=""` for a `None` content; list content is left out (its
 /// entry is `None`) for the caller to process.
-fn model_dump(m: &Message<'_>, strict_arguments: bool) -> Result<Dumped, CountError> {
+/// `keeps_none`: the caller keeps `None`-valued keys (the DeepSeek-V3.2
+/// branch), so which keys exist matters even when none is set.
+fn model_dump(
+    m: &Message<'_>,
+    strict_arguments: bool,
+    rules: &Consulted,
+    keeps_none: bool,
+) -> Result<Dumped, CountError> {
     let mut fields: Dumped = Vec::with_capacity(9);
     fields.push(("role", Some(Value::String(m.role.clone()))));
     let text_content = match &m.content {
@@ -1441,29 +1711,57 @@ fn model_dump(m: &Message<'_>, strict_arguments: bool) -> Result<Dumped, CountEr
     if m.is_user {
         return Ok(fields);
     }
+    // Which keys the release's message model has; asked only of a message
+    // that sets one of them (their `None`s are dropped on the template path).
+    let sets_any = m.tool_call_id.is_some()
+        || m.name.is_some()
+        || m.phase.is_some()
+        || m.reasoning_content.is_some()
+        || m.tool_calls.is_some()
+        || m.tools.is_some()
+        || m.prefix.is_some();
+    let keys = if sets_any || keeps_none {
+        rules.message_fields()
+    } else {
+        MessageFields::Prefix
+    };
+    if keys == MessageFields::RoleAndContent {
+        return Ok(fields);
+    }
     let s = |v: Option<&str>| v.map(|s| Value::String(s.to_owned()));
     fields.push(("tool_call_id", s(m.tool_call_id)));
     fields.push(("name", s(m.name)));
-    fields.push(("phase", s(m.phase)));
+    if keys >= MessageFields::Phase {
+        fields.push(("phase", s(m.phase)));
+    }
     fields.push(("reasoning_content", s(m.reasoning_content)));
     let tool_calls = match &m.tool_calls {
         None => None,
         Some(calls) => {
             let mut out = Vec::with_capacity(calls.len());
             for c in calls {
-                out.push(dump_tool_call(c, &m.role, strict_arguments)?);
+                out.push(dump_tool_call(c, &m.role, strict_arguments, rules)?);
             }
             Some(Value::Array(out))
         }
     };
     fields.push(("tool_calls", tool_calls));
-    fields.push((
-        "tools",
-        m.tools
-            .as_ref()
-            .map(|ts| Value::Array(ts.iter().map(ToolDef::dump).collect())),
-    ));
-    fields.push(("prefix", m.prefix.map(Value::Bool)));
+    if keys >= MessageFields::Tools {
+        // A `Tool` model's dump, whichever way the release passes request tools.
+        let how = match m.tools.as_ref().map(|_| rules.tool_dump()) {
+            None | Some(ToolDump::Function | ToolDump::Wrapped) => ToolDump::Wrapped,
+            Some(other) => other,
+        };
+        fields.push((
+            "tools",
+            m.tools
+                .as_ref()
+                .map(|ts| Value::Array(ts.iter().map(|t| t.dump_as(how)).collect())),
+        ));
+    }
+    if keys >= MessageFields::Prefix {
+        fields.push(("prefix", m.prefix.map(Value::Bool)));
+    }
     Ok(fields)
 }
 
@@ -1473,13 +1771,31 @@ fn dump_tool_call(
     c: &ToolCall<'_>,
     role: &str,
     strict_arguments: bool,
+    rules: &Consulted,
 ) -> Result<Value, CountError> {
     let arguments = match c.arguments {
-        // `normalize_assistant_tool_call_arguments`, assistant only.
-        Some(Value::String(a)) if role == "assistant" => match parse_tool_call_arguments(a) {
-            Ok(args) => Value::Object(args),
-            Err(e) if strict_arguments => return Err(e),
-            Err(_) => Value::String(a.to_owned()),
+        Some(Value::String(a)) => match rules.tool_call_arguments() {
+            ToolCallArguments::KeptAsText => Value::String(a.to_owned()),
+            // `json.loads` on any message with tool calls; text that is not
+            // JSON stays (the failure is only logged).
+            ToolCallArguments::DecodedIfJson => {
+                py::json_loads(a).unwrap_or_else(|_| Value::String(a.to_owned()))
+            }
+            ToolCallArguments::AssistantDecoded if role == "assistant" => py::json_loads(a)
+                .map_err(|_| {
+                    invalid("Assistant tool call function.arguments must be valid JSON.")
+                })?,
+            // `normalize_assistant_tool_call_arguments`, assistant only.
+            ToolCallArguments::AssistantObject if role == "assistant" => {
+                match parse_tool_call_arguments(a) {
+                    Ok(args) => Value::Object(args),
+                    Err(e) if strict_arguments => return Err(e),
+                    Err(_) => Value::String(a.to_owned()),
+                }
+            }
+            ToolCallArguments::AssistantDecoded | ToolCallArguments::AssistantObject => {
+                Value::String(a.to_owned())
+            }
         },
         Some(v) => v.clone(),
         None => Value::Null,
@@ -1630,10 +1946,7 @@ fn openai_part(p: &Part<'_>) -> Option<Value> {
 
 /// serving_chat.py `normalize_tool_content`: a tool message whose content is
 /// a list of text parts gets them joined with spaces.
-fn normalize_tool_content(role: &str, out: &mut Map<String, Value>) {
-    if role != "tool" {
-        return;
-    }
+fn normalize_tool_content(out: &mut Map<String, Value>) {
     let Some(Value::Array(items)) = out.get("content") else {
         return;
     };
@@ -1958,7 +2271,8 @@ mod tests {
             ("tRuE\u{3000}", true),
         ] {
             let top = json!({"reasoning": {"enabled": e}});
-            let (_, ctk) = normalize_reasoning_inputs(top.as_object().unwrap()).unwrap();
+            let (_, ctk) =
+                normalize_reasoning_inputs(top.as_object().unwrap(), &reference()).unwrap();
             let want = thinking.then(|| json!({"thinking": true, "enable_thinking": true}));
             assert_eq!(ctk, want, "{e:?}");
         }
@@ -1993,7 +2307,7 @@ mod tests {
             ("0_.5", None),
         ] {
             let top = json!({"reasoning": {"effort": e}});
-            let got = normalize_reasoning_inputs(top.as_object().unwrap())
+            let got = normalize_reasoning_inputs(top.as_object().unwrap(), &reference())
                 .ok()
                 .map(|(effort, _)| effort.and_then(|v| v.as_f64()));
             assert_eq!(got, want.map(Some), "{e:?}");
@@ -2030,7 +2344,7 @@ mod tests {
             ),
         ] {
             let top = json!({"reasoning": {"effort": e}});
-            match normalize_reasoning_inputs(top.as_object().unwrap()) {
+            match normalize_reasoning_inputs(top.as_object().unwrap(), &reference()) {
                 Err(CountError::Invalid { message, .. }) => assert_eq!(message, want),
                 other => panic!("{e}: {other:?}"),
             }

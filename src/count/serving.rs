@@ -1192,14 +1192,16 @@ mod tests {
         };
         assert_eq!(releases(json!("0.5.23")), Ok(vec![V0523]));
         assert_eq!(releases(json!("0.6.0")), Ok(vec![V0523]));
-        assert_eq!(releases(json!("0.5.23rc0")), Ok(vec![V0523]));
-        assert_eq!(releases(json!("0.5.19")), Ok(vec![V0519]));
-        assert_eq!(releases(json!("0.5.21.post2")), Ok(vec![V0519]));
+        assert_eq!(releases(json!("0.5.23rc0")), Ok(vec![V0522, V0523]));
+        assert_eq!(releases(json!("0.5.19")), Ok(vec![V0518]));
+        assert_eq!(releases(json!("0.5.21.post2")), Ok(vec![V0521]));
         assert_eq!(releases(json!("v0.5.22")), Ok(vec![V0522]));
+        assert_eq!(releases(json!("0.4.10.post2")), Ok(vec![V0410post2]));
         assert_eq!(
             releases(json!(["0.5.23", "0.5.19", "0.5.20"])),
-            Ok(vec![V0519, V0523])
+            Ok(vec![V0518, V0520, V0523])
         );
+        assert!(releases(json!("0.4.4")).is_err(), "older than PD: refused");
         // A version nobody can read: any release.
         for unknown in [json!("latest"), json!(5), json!(UNKNOWN_VERSION)] {
             assert_eq!(releases(unknown), Ok(Release::ALL.to_vec()));

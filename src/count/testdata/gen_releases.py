@@ -25,8 +25,8 @@ no --chat-template, no parsers, no template kwargs; text-only model):
   loaded once per fixture per run. glm-4.5 has no tokenizer.json: a
   vocabulary-less stand-in carrying its template and special tokens renders
   it (counts null, the rendered prompt's sha256 recorded).
-* template: V's TemplateManager.load_chat_template(tokenizer_manager,
-  --chat-template, model path) (0.4.8+), or V's
+* template: V's TemplateManager.initialize_templates(tokenizer_manager,
+  model path, --chat-template) as V's engine calls it (0.4.8+), or V's
   load_chat_template_for_openai_api when --chat-template is set (0.4.5-0.4.7,
   where the default server otherwise uses the HF template). The model path
   is the fixture's stand-in Hugging Face id (HEADER.json model_standin),
@@ -50,9 +50,16 @@ Recorded:
 
     {"version", "libraries", "setup": {fixture|profile: what V resolved},
      "fixtures": {fixture: {case: n | [n, ...] | null}},
+     "fixtures_model_path": {fixture@/models/<name>: {chat case: n | null}},
      "rendered": {fixture|"profile:"+name: {case: [chars, sha256]}},
      "profiles": {profile: {case: n|null} | "flag absent: ..." | "not startable: ..."},
      "errors": {"fixtures"|"profiles": {name: {case: "<stage>: <Type>: <message>"}}}}
+
+`fixtures_model_path`: only where V picked a conversation template from the
+stand-in model id (e.g. 0.4.8-0.4.10's "gemma-it" for google/gemma-3-1b-it,
+"mistral" for mistralai/Mistral-Nemo-Instruct-2407): the chat cases again
+with the model at a local path no matcher recognizes (/models/<fixture>), so
+the HF template is used, as on a server started from a local directory.
 
 `rendered` is the text the chat template produced (tokenizer.apply_chat_template,
 the Python template, or the conversation template's prompt), without the
@@ -172,15 +179,20 @@ class _Null:
 NULL = _Null()
 
 
-def make_server_args(overrides):
+def make_server_args(overrides, hf_config=None):
     """A ServerArgs of V with its dataclass defaults and `overrides`, built without
-    __post_init__ (which probes GPUs). Attributes it lacks read as NULL."""
+    __post_init__ (which probes GPUs). Attributes it lacks read as NULL;
+    get_hf_config() (0.5.6-0.5.6.post2 call it) answers the model's config
+    (the stand-in architecture) instead of reading the model path."""
 
     class _SA(ServerArgs):
         def __getattr__(self, k):
             if k.startswith("__"):
                 raise AttributeError(k)
             return NULL
+
+        def get_hf_config(self, *a, **k):
+            return hf_config
 
     values = dict(server_args_defaults(), **overrides)
     if dataclasses.is_dataclass(ServerArgs):
@@ -228,12 +240,13 @@ def patch_accessors():
 
 
 # The stubbed xgrammar's structural tag (module docstring).
-if hasattr(protocol, "convert_json_schema_to_str"):
-    _cjs = protocol.convert_json_schema_to_str
-    protocol.convert_json_schema_to_str = lambda s: "{}" if isinstance(s, MagicMock) else _cjs(s)
-for _m in ([serving_chat] if not OLD_ADAPTER else [adapter]):
+def _lenient_schema_to_str(real):
+    return lambda schema: "{}" if isinstance(schema, MagicMock) else real(schema)
+
+
+for _m in [protocol] + ([serving_chat] if not OLD_ADAPTER else [adapter]):
     if hasattr(_m, "convert_json_schema_to_str"):
-        _m.convert_json_schema_to_str = protocol.convert_json_schema_to_str
+        _m.convert_json_schema_to_str = _lenient_schema_to_str(_m.convert_json_schema_to_str)
     if hasattr(_m, "strip_structural_tag_excludes"):
         _m.strip_structural_tag_excludes = lambda *a, **k: None
 
@@ -297,6 +310,7 @@ def make_tokenizer_manager(tokenizer, model_path, config_json, server_args):
     tm = TM(tokenizer=tokenizer, processor=None, mm_processor=None, model_config=mc,
             server_args=server_args, model_path=model_path, served_model_name=model_path,
             context_len=CONTEXT_LEN, max_req_input_len=CONTEXT_LEN - 6, num_reserved_tokens=0,
+            reserve_input_token_num=0,
             is_generation=True, is_image_gen=False, validate_total_tokens=True,
             allow_auto_truncate=False, lora_registry=None, async_dynamic_batch_tokenizer=None,
             enable_tokenizer_batch_encode=False, rid_to_state={}, is_pause=False)
@@ -326,7 +340,7 @@ def tokenize(tm, obj):
         if obj.is_single:
             return len(loop.run_until_complete(_tokenize_one(tm, obj)))
         n = obj.batch_size
-        if getattr(obj, "parallel_sample_num", 1) == 1 and hasattr(tm, "_should_use_batch_tokenization") \
+        if getattr(obj, "parallel_sample_num", 1) == 1 and hasattr(TokenizerManager, "_should_use_batch_tokenization") \
                 and tm._should_use_batch_tokenization(n, obj):
             return [len(t.input_ids) for t in loop.run_until_complete(tm._batch_tokenize_and_process(n, obj))]
         return [len(loop.run_until_complete(_tokenize_one(tm, obj[i]))) for i in range(n)]
@@ -446,8 +460,8 @@ class Server:
                 if names is not None and flags[k] not in names:
                     raise NotStartable(f"--{k.replace('_', '-')} {flags[k]}: not one of {sorted(names)}")
         self.tokenizer, self.counted = load_tokenizer(fixture)
-        self.server_args = make_server_args(dict(flags, model_path=model_path,
-                                                 tokenizer_path=model_path))
+        self.server_args = make_server_args(dict(flags, model_path=model_path, tokenizer_path=model_path),
+                                            make_model_config(config_json).hf_config)
         BAG.server_args = self.server_args
         patch_accessors()
         self.tm = make_tokenizer_manager(self.tokenizer, model_path, config_json, self.server_args)
@@ -463,7 +477,9 @@ class Server:
         else:
             self.templates = template_manager_mod.TemplateManager()
             try:
-                self.templates.load_chat_template(self.tm, flags.get("chat_template"), model_path)
+                self.templates.initialize_templates(tokenizer_manager=self.tm, model_path=model_path,
+                                                    chat_template=flags.get("chat_template"),
+                                                    completion_template=None)
             except Exception as e:
                 raise NotStartable(f"template: {err(e)}")
             for k in ("chat_template_name", "jinja_template_content_format", "force_reasoning",
@@ -588,7 +604,7 @@ def main():
     out = {"version": E.VERSION, "libraries": None, "harness": {
         "old_adapter": OLD_ADAPTER, "stubbed": None, "patches_skipped": None,
         "strftime_now_pinned_to": E.FIXED_NOW.isoformat(), "context_len": CONTEXT_LEN},
-        "setup": {}, "fixtures": {}, "rendered": {}, "profiles": {},
+        "setup": {}, "fixtures": {}, "fixtures_model_path": {}, "rendered": {}, "profiles": {},
         "errors": {"fixtures": {}, "profiles": {}}}
 
     for fixture in sorted(header):
@@ -608,6 +624,19 @@ def main():
         out["rendered"][fixture] = rendered
         print(f"{E.VERSION} {fixture}: {sum(v is not None for v in counts.values())} counted, "
               f"{len(errors)} refused", flush=True)
+        if server.setup.get("chat_template_name"):
+            # V picked a conversation template from the Hugging Face model id; a
+            # server started on a local directory whose name matches no matcher
+            # renders the HF template instead: record that too.
+            neutral = f"/models/{fixture.replace('-', '_')}"
+            server = Server(fixture, standin, neutral, {})
+            name = f"{fixture}@{neutral}"
+            out["setup"][name] = server.setup
+            counts, errors, rendered = {}, {}, {}
+            run_cases(server, [c for c in cases if c["endpoint"] == "chat"], counts, errors, rendered)
+            out["fixtures_model_path"][name] = counts
+            out["errors"]["fixtures"][name] = errors
+            out["rendered"][name] = rendered
 
     chat_cases = [c for c in cases if c["endpoint"] == "chat"]
     for name, profile in sorted(index.items()):

@@ -74,13 +74,50 @@ STUB = tuple(p for p in STUB if p not in _UNSTUB)
 STUBBED = []
 
 
+class _StubBase:
+    """What a class deriving from a stubbed class derives from instead: accepts any
+    constructor arguments; an instance called on one function returns it (so
+    `@SomeTorchDecorator()` leaves the function as it is)."""
+
+    def __init__(self, *a, **k):
+        pass
+
+    def __init_subclass__(cls, **k):
+        pass
+
+    def __call__(self, *a, **k):
+        if len(a) == 1 and callable(a[0]) and not k:
+            return a[0]
+        return MagicMock()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return MagicMock()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class StubMock(MagicMock):
+    """A MagicMock that can be a base class (PEP 560): `class X(torch.nn.Module)`
+    derives X from _StubBase. (A plain MagicMock base makes X a MagicMock whose
+    side effect is the tuple of bases, which breaks after the first call.)"""
+
+    def __mro_entries__(self, bases):
+        return (_StubBase,)
+
+
 class Mod(types.ModuleType):
-    """A module whose every public attribute is a MagicMock."""
+    """A module whose every public attribute is a StubMock."""
 
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        m = MagicMock(name=f"{self.__name__}.{name}")
+        m = StubMock(name=f"{self.__name__}.{name}")
         setattr(self, name, m)
         return m
 
