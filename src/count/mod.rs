@@ -725,7 +725,7 @@ impl Build {
             if let Some(why) = why {
                 return Err(vec![Unmodelled {
                     setting: "version",
-                    value: release.range().into(),
+                    value: release.range(),
                     why: format!(
                         "{why}; the guard models this encoder for 0.5.23 and later (state sglang_version when \
                          discovery is off)"
