@@ -277,6 +277,7 @@ impl Build {
                 }
             )));
         }
+        self.refuse_unmodelled_api(api)?;
         match api {
             ChatApi::Ollama => self.count_ollama_chat(body, clock, ctx),
             ChatApi::Anthropic => {
@@ -304,6 +305,34 @@ impl Build {
         }
     }
 
+    /// The chat-shaped APIs are modelled from 0.5.18 on (each release's own
+    /// handler was run on 0.5.19 to 0.5.23); before the release that added
+    /// one, the server answers 404 (a refusal here: SGLang's own).
+    fn refuse_unmodelled_api(&self, api: ChatApi) -> Result<(), CountError> {
+        use super::Release::{V0501, V0507, V0509, V0518};
+        let (route, first) = match api {
+            ChatApi::Responses => ("/v1/responses", V0501),
+            ChatApi::Anthropic => ("/v1/messages", V0509),
+            ChatApi::Ollama => ("/api/chat", V0507),
+        };
+        let newest = self.releases[0];
+        let oldest = *self.releases.last().expect("a build has a release");
+        if newest < first {
+            return Err(CountError::invalid(format!(
+                "SGLang {} has no {route} route",
+                newest.range()
+            )));
+        }
+        if oldest < V0518 {
+            return Err(CountError::Unsupported(format!(
+                "{route} is not modelled for SGLang {} (its handler builds prompts the guard was not checked \
+                 against); use /v1/chat/completions, or state sglang_version when the server is 0.5.18 or later",
+                oldest.range()
+            )));
+        }
+        Ok(())
+    }
+
     /// gpt-oss `/v1/responses`: the prompt harmony renders, its formatting
     /// tokens one id each and every text run encoded on its own.
     fn count_harmony(
@@ -314,7 +343,10 @@ impl Build {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let settings = HarmonySettings {
-            enable_response_store: self.server.enable_response_store,
+            // Before 0.5.20 every response is stored (no flag), and a
+            // `previous_response_id` prepends its history.
+            enable_response_store: self.server.enable_response_store
+                || self.releases.iter().any(|r| *r < super::Release::V0520),
             disaggregated: self.server.disaggregated,
             tool_server: self.server.harmony_tool_server(),
         };

@@ -238,6 +238,7 @@ pub struct ModelCounter {
 /// How one family of releases (or several that build prompts alike) turns
 /// a model's requests into prompt ids: its chat rules, its encoder and its
 /// tokenizer.
+#[derive(Clone)]
 struct Build {
     files: Arc<ModelFiles>,
     server: Arc<ServerConfig>,
@@ -397,17 +398,11 @@ impl ModelCounter {
     ) -> Result<Self, Vec<Unmodelled>> {
         let mut builds: Vec<Build> = Vec::new();
         for release in server.releases.iter().rev() {
-            let mut build = Build::new(&files, &server, release)?;
-            if let Some(same) = builds.iter_mut().find(|b| b.builds_like(&build)) {
-                same.releases.push(release);
-                continue;
+            let build = Build::new(&files, &server, release, &builds)?;
+            match builds.iter_mut().find(|b| b.builds_like(&build)) {
+                Some(same) => same.releases.push(release),
+                None => builds.push(build),
             }
-            // Builds with the same encoder count a shared preprocessing once.
-            build.encoder_key = builds
-                .iter()
-                .find(|b| b.encoder.same_as(&build.encoder))
-                .map_or(builds.len() as u64, |b| b.encoder_key);
-            builds.push(build);
         }
         Ok(Self {
             files,
@@ -632,7 +627,15 @@ impl ModelCounter {
                 }
             };
             let counted = (build.tokenizer_id(), build.encoder_key, index);
-            if counted_with.contains(&counted) {
+            let same_prompt = |&(t, e, j): &(u64, u64, usize)| {
+                (t, e) == (counted.0, counted.1)
+                    && (j == index
+                        || match (&prepared[j].2, &prepared[index].2) {
+                            (Ok(a), Ok(b)) => build.same_prompt(a, b),
+                            _ => false,
+                        })
+            };
+            if counted_with.iter().any(same_prompt) {
                 continue;
             }
             counted_with.push(counted);
@@ -671,6 +674,7 @@ struct PrepKey {
     content_format: ContentFormat,
     style: preprocess::MessageStyle,
     wire: bool,
+    low_effort_template: bool,
 }
 
 /// The largest count among builds, and the first refusal in case none counts.
@@ -707,12 +711,15 @@ impl Largest {
 
 impl Build {
     /// How the family `release` builds prompts for `files` on `server`.
+    /// What an earlier build with the same encoder derived from it (the
+    /// template probes, the harmony vocabulary check) is shared, not redone.
     fn new(
         files: &Arc<ModelFiles>,
         server: &Arc<ServerConfig>,
         release: Release,
+        earlier: &[Build],
     ) -> Result<Self, Vec<Unmodelled>> {
-        let selected = encoder::select(files, server)?;
+        let selected = encoder::select(files, server, release)?;
         if release < Release::V0523 {
             let why = match &selected.encoder {
                 Encoder::Dsv4 { .. } => Some(
@@ -732,6 +739,14 @@ impl Build {
                     ),
                 }]);
             }
+        }
+        if let Some(same) = earlier.iter().find(|b| b.encoder.same_as(&selected.encoder)) {
+            return Ok(Self {
+                releases: vec![release],
+                rules: release.chat_rules(),
+                content_format: selected.content_format,
+                ..same.clone()
+            });
         }
         let kwarg_template = match server.default_chat_template_kwargs.get("chat_template") {
             None | Some(Value::Null) => None,
@@ -773,7 +788,7 @@ impl Build {
             releases: vec![release],
             rules: release.chat_rules(),
             encoder: selected.encoder,
-            encoder_key: 0,
+            encoder_key: earlier.len() as u64,
             content_format: selected.content_format,
             kwarg_template,
             decoder_reranker,
@@ -789,6 +804,44 @@ impl Build {
             && self.tokenizer_id() == other.tokenizer_id()
             && self.encoder.same_as(&other.encoder)
             && self.content_format == other.content_format
+    }
+
+    /// Whether this build's encoder turns `a` and `b` into the same prompt:
+    /// equal inputs, template kwargs compared only where the template can
+    /// see them (a Jinja template reads a variable only by writing its name;
+    /// `apply_chat_template`'s own parameters always count). Families that
+    /// differ only in a variable the template never names then render once.
+    fn same_prompt(&self, a: &Prepared, b: &Prepared) -> bool {
+        let (a, b) = match (a, b) {
+            (Prepared::Ids(x), Prepared::Ids(y)) => return x == y,
+            (Prepared::Template(a), Prepared::Template(b)) => (a, b),
+            _ => return false,
+        };
+        let source = match &self.encoder {
+            Encoder::Jinja(j) => j.template.as_ref().ok().map(|(s, _)| s.clone()),
+            Encoder::Glm53 { .. } | Encoder::Dsv32 | Encoder::Dsv4 { .. } => None,
+        };
+        let visible = |k: &str| {
+            source.as_deref().is_none_or(|s| s.contains(k))
+                || preprocess::APPLY_CHAT_TEMPLATE_PARAMETERS.contains(&k)
+        };
+        let extras_agree = a
+            .extra
+            .iter()
+            .chain(b.extra.iter())
+            .filter(|(k, _)| visible(k))
+            .all(|(k, _)| a.extra.get(k) == b.extra.get(k));
+        extras_agree
+            && a.messages == b.messages
+            && a.tools == b.tools
+            && a.retry_tools == b.retry_tools
+            && a.all_tools == b.all_tools
+            && a.encoders_get_all_tools == b.encoders_get_all_tools
+            && a.low_effort_unsure == b.low_effort_unsure
+            && a.assistant_prefix == b.assistant_prefix
+            && a.media_tokens == b.media_tokens
+            && a.reasoning_effort == b.reasoning_effort
+            && a.wire == b.wire
     }
 
     /// Whether this build counts `unit` with its tokenizer alone (not its
@@ -817,6 +870,11 @@ impl Build {
                 _ => preprocess::MessageStyle::Template,
             },
             wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
+            low_effort_template: self.encoder.jinja().is_some_and(|j| {
+                j.template.as_ref().is_ok_and(|(source, _)| {
+                    source.contains("low_effort") && source.contains("truncate_history_thinking")
+                })
+            }),
             ..preprocess::Options::for_server(&self.server)
         }
     }
@@ -989,6 +1047,7 @@ impl Build {
             content_format: self.content_format,
             style: options.style,
             wire: options.wire,
+            low_effort_template: options.low_effort_template,
         }
     }
 
@@ -1000,6 +1059,16 @@ impl Build {
     ) -> Result<usize, CountError> {
         match prepared {
             Prepared::Ids(n) => Ok(*n),
+            Prepared::Template(inputs) if inputs.low_effort_unsure => {
+                let mut without = (**inputs).clone();
+                without.extra.shift_remove("low_effort");
+                without.low_effort_unsure = false;
+                let n = self.count_inputs(inputs, clock, ctx)?;
+                if ctx.stopped.get() {
+                    return Ok(n);
+                }
+                Ok(n.max(self.count_inputs(&without, clock, ctx)?))
+            }
             Prepared::Template(inputs) => self.count_inputs(inputs, clock, ctx),
         }
     }

@@ -45,6 +45,10 @@ pub struct ModelFiles {
     pub(super) arch: Option<Arch>,
     /// The directory has `additional_chat_templates/*.jinja`.
     pub(super) additional_templates: bool,
+    /// Where the files were read from: SGLang matches conversation templates
+    /// against the model path, which a server that does not say (a static
+    /// configuration) most likely shares with the directory it was copied to.
+    pub(super) source: Option<String>,
 }
 
 impl std::fmt::Debug for ModelFiles {
@@ -91,6 +95,7 @@ impl ModelFiles {
             processor_template,
             arch,
             additional_templates,
+            source: Some(dir.display().to_string()),
         })
     }
 

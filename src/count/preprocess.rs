@@ -75,6 +75,9 @@ pub struct Options {
     /// How messages are handed to the encoder: the Jinja path's processing,
     /// or the DeepSeek-V3.2 encoder's.
     pub style: MessageStyle,
+    /// The template mentions `low_effort` and `truncate_history_thinking`
+    /// (SGLang's Nemotron-3-Super reasoning rule; see [`ChatInputs::low_effort_unsure`]).
+    pub low_effort_template: bool,
     /// `--tool-call-parser deepseekv3` (see [`super::release::ChatRules::deepseek_v3_tool_prompt`]).
     pub deepseek_v3_parser: bool,
     /// Also dump the request as recipe receives it ([`ChatInputs::wire`]).
@@ -147,6 +150,10 @@ pub struct ChatInputs {
     /// them on ([`ChatInputs::jinja_arguments`] applies `apply_chat_template`'s
     /// own rules to them).
     pub extra: Map<String, Value>,
+    /// `low_effort` was set in `extra` by SGLang's reasoning rule, which
+    /// applies only if no earlier rule matched the template: the prompt is
+    /// counted with and without it, and the larger count wins.
+    pub low_effort_unsure: bool,
     /// The final assistant text under `continue_final_message`.
     pub assistant_prefix: Option<String>,
     /// The configured upper bounds of the admitted media parts, summed: added
@@ -1372,6 +1379,18 @@ fn apply_jinja_template(
             extra.insert(k, v);
         }
     }
+    // `rc.effort_kwarg`: `reasoning_effort == "low"` sets `low_effort` on a
+    // template SGLang detects as Nemotron-3-Super's, when that detection
+    // rule is the first to match (an earlier one may: both are counted).
+    let mut low_effort_unsure = false;
+    if opts.low_effort_template
+        && request.reasoning_effort.as_ref().and_then(Value::as_str) == Some("low")
+        && !extra.contains_key("low_effort")
+        && rules.low_effort()
+    {
+        extra.insert("low_effort".into(), Value::Bool(true));
+        low_effort_unsure = true;
+    }
     let all_tools = request
         .tools
         .as_ref()
@@ -1393,6 +1412,7 @@ fn apply_jinja_template(
         all_tools,
         encoders_get_all_tools,
         extra,
+        low_effort_unsure,
         assistant_prefix,
         media_tokens: stage.media_tokens,
         reasoning_effort: request.reasoning_effort,
@@ -1582,6 +1602,28 @@ fn media_kind(part_type: &str) -> MediaKind {
 /// template. Returns `documents` and the `chat_template` that replaces the model's.
 /// The only copy of these rules: the template engine renders every kwarg left
 /// here as a variable.
+/// `apply_chat_template`'s own parameters (and the names SGLang passes it):
+/// as template kwargs they act on the call, whether or not the template
+/// reads them ([`apply_chat_template_arguments`]).
+pub const APPLY_CHAT_TEMPLATE_PARAMETERS: [&str; 16] = [
+    "conversation",
+    "conversations",
+    "messages",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+];
+
 fn apply_chat_template_arguments(
     extra: &mut Map<String, Value>,
 ) -> Result<(Option<Value>, Option<String>), CountError> {

@@ -195,6 +195,21 @@ impl Release {
         }
     }
 
+    /// How the release detects a Jinja template's content format, or `None`
+    /// where it does not and the format is "string": before 0.4.7 (list
+    /// content is split per part instead), and for the checkpoint's own
+    /// template in 0.4.8-0.4.9.post6 (`_jinja_template_content_format`
+    /// stays unset unless `--chat-template` names a file).
+    pub fn content_detection(self, template_from_file: bool) -> Option<ContentDetection> {
+        match self {
+            r if r < V0407 => None,
+            r if (V0408..V0410).contains(&r) && !template_from_file => None,
+            r if r < V0501 => Some(ContentDetection::MessageLoops),
+            r if r < V0503 => Some(ContentDetection::MessageMsgMLoops),
+            _ => Some(ContentDetection::KeywordsThenLoops),
+        }
+    }
+
     /// How list content reaches the template.
     fn list_content(self) -> ListContent {
         if self < V0407 {
@@ -393,6 +408,18 @@ pub struct ChatRules {
     /// `truncate_history_thinking` sets `low_effort` (0.5.16).
     pub low_effort: bool,
     pub encoder_tools: EncoderTools,
+}
+
+/// What `detect_jinja_template_content_format` looks for ("openai" when
+/// found, else "string"). Each adds to the one before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContentDetection {
+    /// A `{% for %}` over `message['content']` / `message.content`.
+    MessageLoops,
+    /// + the same over `msg` and `m` (0.5.1).
+    MessageMsgMLoops,
+    /// + first, `image`, `audio`, `video` or `vision` anywhere in the source (0.5.3).
+    KeywordsThenLoops,
 }
 
 /// How a message's list content reaches the template.

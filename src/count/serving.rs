@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::encoder::harmony::ToolServer;
-use super::release::{Releases, UNKNOWN_VERSION};
+use super::release::{Release, Releases, UNKNOWN_VERSION};
 
 /// Where SGLang publishes a setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -739,12 +739,33 @@ impl ChatTemplateArg {
 }
 
 /// `conversation.py::get_conv_template_by_model_path`: without
-/// `--chat-template`, SGLang renders with a conversation template when the
-/// model path (or, for a local directory, its `config.json` model type)
-/// matches one of these. A match is not modelled, so erring toward a match
-/// (the model type is consulted even where SGLang could not read it) only
-/// refuses, never undercounts.
-pub fn conversation_template_for(model_path: &str, model_type: Option<&str>) -> Option<String> {
+/// `--chat-template`, SGLang `release` renders with a conversation template
+/// when the model path (or, for a local directory, its `config.json` model
+/// type) matches one of these. A match is not modelled, so erring toward a
+/// match (the model type is consulted even where SGLang could not read it)
+/// only refuses, never undercounts.
+///
+/// The matchers by release: none before 0.4.6.post2; from 0.4.6.post2 to
+/// 0.4.10.post1 mainstream chat models too ([`early_conversation_template`]),
+/// overriding the checkpoint's template (0.4.10-0.4.10.post1: only for a
+/// checkpoint without one, `hf_has_template`); from 0.4.10.post2 vision,
+/// OCR and speech models.
+pub fn conversation_template_for(
+    model_path: &str,
+    model_type: Option<&str>,
+    release: Release,
+    hf_has_template: bool,
+) -> Option<String> {
+    use Release::{V0406post2, V0410, V0410post2, V0507, V0512, V0523};
+    if release < V0406post2 {
+        return None;
+    }
+    if release < V0410post2 {
+        if release >= V0410 && hf_has_template {
+            return None;
+        }
+        return early_conversation_template(model_path, release);
+    }
     let p = model_path.to_lowercase();
     let word = |w: &str| {
         p.match_indices(w).any(|(i, _)| {
@@ -756,7 +777,8 @@ pub fn conversation_template_for(model_path: &str, model_type: Option<&str>) -> 
     };
     let contains_in_order =
         |a: &str, b: &str| p.find(a).is_some_and(|i| p[i + a.len()..].contains(b));
-    if word("points") {
+    // `points` as a word from 0.5.7; a substring before (0.5.4), which is more.
+    if (release < V0507 && p.contains("points")) || word("points") {
         return Some("points-v15-chat".into());
     }
     if contains_in_order("moss", "vl") {
@@ -785,21 +807,18 @@ pub fn conversation_template_for(model_path: &str, model_type: Option<&str>) -> 
     {
         return Some("chatml-llava".into());
     }
-    let minicpm_new = matches!(model_type, Some("minicpmv4_6" | "minicpmv4_7"))
-        || [
-            "minicpm-v-4.6",
-            "minicpm-v-4_6",
-            "minicpm-v-4.7",
-            "minicpm-v-4_7",
-        ]
-        .iter()
-        .chain(&[
-            "minicpm-o-4.6",
-            "minicpm-o-4_6",
-            "minicpm-o-4.7",
-            "minicpm-o-4_7",
-        ])
-        .any(|m| p.contains(m));
+    // MiniCPM-V/O 4.6 left the conversation templates in 0.5.12, 4.7 in 0.5.23.
+    let v46 = release >= V0512
+        && (model_type == Some("minicpmv4_6")
+            || ["minicpm-v-4.6", "minicpm-v-4_6", "minicpm-o-4.6", "minicpm-o-4_6"]
+                .iter()
+                .any(|m| p.contains(m)));
+    let v47 = release >= V0523
+        && (model_type == Some("minicpmv4_7")
+            || ["minicpm-v-4.7", "minicpm-v-4_7", "minicpm-o-4.7", "minicpm-o-4_7"]
+                .iter()
+                .any(|m| p.contains(m)));
+    let minicpm_new = v46 || v47;
     if !minicpm_new {
         if p.contains("minicpm-v") {
             return Some("minicpmv".into());
@@ -834,6 +853,132 @@ pub fn conversation_template_for(model_path: &str, model_type: Option<&str>) -> 
         _ => return None,
     };
     Some(by_type.into())
+}
+
+/// The matchers of 0.4.6.post2 to 0.4.10.post1, first match wins, each from
+/// the release that added it. Mainstream chat checkpoints match (any
+/// `mistral…instruct`, `gemma-3…it`, `qwen…vl`, a `4` after `llama`), and
+/// their conversation template then replaces the checkpoint's: the guard
+/// refuses such a model on those releases. 0.4.6.post2-0.4.6.post3 test
+/// substrings in any order; from 0.4.6.post4 regexes (`a.*b`: `b` after `a`).
+fn early_conversation_template(model_path: &str, release: Release) -> Option<String> {
+    use Release::{V0406post4, V0407, V0407post1, V0409, V0409post1, V0409post4, V0409post5};
+    let p = model_path.to_lowercase();
+    let has = |w: &str| p.contains(w);
+    // `re.search("a.*b.*c")`: each after the one before.
+    let seq = |words: &[&str]| {
+        let mut at = 0;
+        words.iter().all(|w| match p[at..].find(w) {
+            Some(i) => {
+                at += i + w.len();
+                true
+            }
+            None => false,
+        })
+    };
+    let substrings = release < V0406post4;
+    let found = |name: &str| Some(name.to_string());
+    if release >= V0406post4 {
+        if (release >= V0409post4 && has("internvl")) || has("internvl2_5") {
+            return found("internvl-2-5");
+        }
+        if release >= V0409post5 && seq(&["intern", "s1"]) {
+            return found("interns1");
+        }
+    }
+    let vision = if substrings {
+        has("llama") && has("3.2") && has("vision")
+    } else {
+        seq(&["llama", "3.2", "vision"])
+    };
+    if vision {
+        return found("llama_3_vision");
+    }
+    if release >= V0409post1 && seq(&["llama", "4"]) {
+        return found("llama_4_vision");
+    }
+    if has("janus") {
+        return found("janus-pro");
+    }
+    if has("vicuna") || has("llava-v1.5") || has("llava-next-video-7b") {
+        return found("vicuna_v1.1");
+    }
+    if substrings {
+        let instruct = has("instruct");
+        if (has("llama-2") && has("chat"))
+            || ((has("mistral") || has("mixtral")) && instruct)
+            || (has("codellama") && instruct)
+        {
+            return found("llama-2");
+        }
+    } else {
+        if seq(&["llama-2", "chat"]) || seq(&["codellama", "instruct"]) {
+            return found("llama-2");
+        }
+        if has("pixtral") || seq(&["mistral", "instruct"]) || seq(&["mixtral", "instruct"]) {
+            return found("mistral");
+        }
+    }
+    let in_order_or_any = |a: &str, b: &str| {
+        if substrings {
+            has(a) && has(b)
+        } else {
+            seq(&[a, b])
+        }
+    };
+    if in_order_or_any("deepseek", "vl2") {
+        return found("deepseek-vl2");
+    }
+    if (substrings && has("gme") && has("qwen") && has("vl")) || seq(&["gme", "qwen", "vl"]) {
+        return found("gme-qwen2-vl");
+    }
+    if in_order_or_any("qwen", "vl") {
+        return found("qwen2-vl");
+    }
+    if release >= V0409 && seq(&["qwen", "audio"]) {
+        return found("qwen2-audio");
+    }
+    if [
+        "llava-v1.6-34b",
+        "llava-v1.6-yi-34b",
+        "llava-next-video-34b",
+        "llava-onevision-qwen2",
+    ]
+    .iter()
+    .any(|m| has(m))
+    {
+        return found("chatml-llava");
+    }
+    let gemma = if substrings {
+        (has("gemma") && has("it")) || (has("gemma-3") && !has("1b"))
+    } else {
+        seq(&["gemma-3", "it"])
+    };
+    if gemma {
+        return found("gemma-it");
+    }
+    if has("minicpm-v") {
+        return found("minicpmv");
+    }
+    if has("minicpm-o") {
+        return found("minicpmo");
+    }
+    if in_order_or_any("kimi", "vl") {
+        return found("kimi-vl");
+    }
+    if release >= V0407 && has("devstral") {
+        return found("devstral");
+    }
+    if release >= V0407 && has("phi-4-multimodal") {
+        return found("phi-4-mm");
+    }
+    if release >= V0407post1 && has("vila") {
+        return found("chatml");
+    }
+    if release >= V0409post1 && seq(&["mimo", "vl"]) {
+        return found("mimo-vl");
+    }
+    None
 }
 
 /// Tool-call parsers SGLang 0.5.23 knows (`FunctionCallParser.ToolCallParserEnum`).
@@ -1146,7 +1291,6 @@ pub fn needs_acknowledgement(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::count::release::Release;
     use serde_json::json;
 
     #[test]
@@ -1308,7 +1452,7 @@ mod tests {
             ("deepseek-ai/deepseek-vl2-small", None, Some("deepseek-vl2")),
         ] {
             assert_eq!(
-                conversation_template_for(path, ty).as_deref(),
+                conversation_template_for(path, ty, Release::V0523, true).as_deref(),
                 want,
                 "{path}"
             );

@@ -19,11 +19,12 @@
 
 use std::sync::Arc;
 
-use super::model::ModelFiles;
+use super::model::{CheckpointTemplates, ModelFiles};
+use super::release::Release;
 use super::serving::{
     conversation_template_for, show, Arch, ChatTemplateArg, ServerConfig, Unmodelled,
 };
-use super::template::{detect_content_format, ChatTemplate, ContentFormat};
+use super::template::{detect_content_format_as, ChatTemplate, ContentFormat};
 
 pub mod dsv32;
 pub mod dsv4;
@@ -207,9 +208,13 @@ fn unmodelled(setting: &'static str, value: &str, why: impl Into<String>) -> Vec
     }]
 }
 
-/// The encoder SGLang uses for this model under `cfg`, or why the guard
-/// cannot count it.
-pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Unmodelled>> {
+/// The encoder SGLang `release` uses for this model under `cfg`, or why the
+/// guard cannot count it.
+pub fn select(
+    files: &ModelFiles,
+    cfg: &ServerConfig,
+    release: Release,
+) -> Result<Selected, Vec<Unmodelled>> {
     let arch = cfg
         .arch
         .clone()
@@ -219,7 +224,7 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
 
     // 1. TemplateManager.load_chat_template: `tokenizer.chat_template` and
     //    the Python template, if one is installed.
-    let (template_source, python) = load_chat_template(files, cfg, &arch)?;
+    let (template_source, python) = load_chat_template(files, cfg, &arch, release)?;
 
     // 2. chat_encoding.resolve_chat_encoding_spec: a spec replaces the
     //    template (Python ones included) on the chat path.
@@ -227,8 +232,16 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
         cfg.tool_call_parser.as_deref(),
         &arch,
         template_source.is_some(),
+        release,
     ) {
-        return build_chat_encoding_adapter(spec, files, cfg, &arch, template_source.as_deref());
+        return build_chat_encoding_adapter(
+            spec,
+            files,
+            cfg,
+            &arch,
+            template_source.as_deref(),
+            release,
+        );
     }
 
     let jinja = Jinja {
@@ -243,13 +256,21 @@ pub fn select(files: &ModelFiles, cfg: &ServerConfig) -> Result<Selected, Vec<Un
             content_format: ContentFormat::OpenAi,
         });
     }
-    let content_format = template_source
-        .as_deref()
-        .map_or(ContentFormat::String, detect_content_format);
+    let from_file = matches!(cfg.chat_template, Some(ChatTemplateArg::Jinja { .. }));
+    let content_format = content_format_of(template_source.as_deref(), release, from_file);
     Ok(Selected {
         encoder: Encoder::Jinja(jinja),
         content_format,
     })
+}
+
+/// The content format `release` detects for a template (`from_file`: given
+/// by `--chat-template`).
+fn content_format_of(source: Option<&str>, release: Release, from_file: bool) -> ContentFormat {
+    match (source, release.content_detection(from_file)) {
+        (Some(source), Some(detection)) => detect_content_format_as(source, detection),
+        _ => ContentFormat::String,
+    }
 }
 
 /// Server settings under which the loaded tokenizer or the prompt's
@@ -289,6 +310,7 @@ fn load_chat_template(
     files: &ModelFiles,
     cfg: &ServerConfig,
     arch: &Arch,
+    release: Release,
 ) -> Result<(Option<String>, Option<glm53::Variant>), Vec<Unmodelled>> {
     match &cfg.chat_template {
         Some(ChatTemplateArg::Jinja { path }) => Ok((
@@ -302,6 +324,14 @@ fn load_chat_template(
                 )
             })?),
             None,
+        )),
+        Some(ChatTemplateArg::Python(name)) if release < Release::V0523 => Err(unmodelled(
+            "chat_template",
+            name,
+            format!(
+                "SGLang {} has no chat template of that name (its Python templates are 0.5.23's)",
+                release.range()
+            ),
         )),
         Some(ChatTemplateArg::Python(name)) => {
             let variant = glm53::Variant::from_name(name).ok_or_else(|| {
@@ -321,11 +351,11 @@ fn load_chat_template(
             "an SGLang conversation template, which the guard does not model",
         )),
         None => {
-            if let Some(name) = cfg
-                .model_path
-                .as_deref()
-                .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
-            {
+            let hf_has_template = !matches!(files.templates, CheckpointTemplates::None);
+            let model_path = cfg.model_path.as_deref().or(files.source.as_deref());
+            if let Some(name) = model_path.and_then(|p| {
+                conversation_template_for(p, arch.model_type.as_deref(), release, hf_has_template)
+            }) {
                 return Err(unmodelled(
                     "model_path",
                     cfg.model_path.as_deref().unwrap_or_default(),
@@ -344,8 +374,10 @@ fn load_chat_template(
                         e,
                     )
                 })?;
+            // The Python templates are 0.5.23's; before, the checkpoint's Jinja.
             let python = hf
                 .as_deref()
+                .filter(|_| release >= Release::V0523)
                 .and_then(|t| python_template_for(&arch.architectures, t))
                 .and_then(glm53::Variant::from_name);
             Ok((hf, python))
@@ -363,6 +395,7 @@ fn build_chat_encoding_adapter(
     cfg: &ServerConfig,
     arch: &Arch,
     template_source: Option<&str>,
+    release: Release,
 ) -> Result<Selected, Vec<Unmodelled>> {
     let (setting, value) = match cfg.tool_call_parser.as_deref() {
         Some(p @ ("deepseekv41" | "deepseekv4" | "deepseekv32" | "kimi_k3")) => {
@@ -370,8 +403,18 @@ fn build_chat_encoding_adapter(
         }
         _ => ("architectures", arch.first().to_string()),
     };
-    let content_format = template_source.map_or(ContentFormat::String, detect_content_format);
+    let from_file = matches!(cfg.chat_template, Some(ChatTemplateArg::Jinja { .. }));
+    let content_format = content_format_of(template_source, release, from_file);
     match spec {
+        "dsv32" if release < Release::V0512 => Err(unmodelled(
+            setting,
+            &value,
+            format!(
+                "SGLang {} encodes this model with its own encoding_dsv32 path, which the guard does \
+                 not reproduce for that release",
+                release.range()
+            ),
+        )),
         "dsv32" => Ok(Selected {
             encoder: Encoder::Dsv32,
             content_format,
@@ -421,33 +464,41 @@ fn spec_name(spec: dsv4::Spec) -> &'static str {
     }
 }
 
-/// `chat_encoding.resolve_chat_encoding_spec`.
+/// `chat_encoding.resolve_chat_encoding_spec` (0.5.16; `_resolve_chat_encoding_spec`
+/// from 0.5.12, `_use_dpsk_v32_encoding` from 0.5.6), as `release` has it:
+/// each encoder from the release that brought it.
 pub fn encoding_spec(
     tool_call_parser: Option<&str>,
     arch: &Arch,
     has_chat_template: bool,
+    release: Release,
 ) -> Option<&'static str> {
-    match tool_call_parser {
-        Some("deepseekv41") => return Some("dsv41"),
-        Some("deepseekv4") => return Some("dsv4"),
-        Some("deepseekv32") => return Some("dsv32"),
-        Some("kimi_k3") => return Some("kimi_k3"),
-        _ => {}
+    use Release::{V0506, V0512, V0516, V0517, V0521};
+    if release >= V0512 {
+        match tool_call_parser {
+            Some("deepseekv41") if release >= V0521 => return Some("dsv41"),
+            Some("deepseekv4") => return Some("dsv4"),
+            Some("deepseekv32") => return Some("dsv32"),
+            Some("kimi_k3") if release >= V0517 => return Some("kimi_k3"),
+            _ => {}
+        }
     }
     let first = arch.first();
-    if arch.model_type.as_deref() == Some("deepseek_v41") || first.contains("DeepseekV41") {
+    if release >= V0521
+        && (arch.model_type.as_deref() == Some("deepseek_v41") || first.contains("DeepseekV41"))
+    {
         return Some("dsv41");
     }
-    if first.contains("DeepseekV4") {
+    if release >= V0512 && first.contains("DeepseekV4") {
         return Some("dsv4");
     }
-    if first.contains("KimiK3") {
+    if release >= V0517 && first.contains("KimiK3") {
         return Some("kimi_k3");
     }
-    if first.contains("InklingForConditionalGeneration") {
+    if release >= V0516 && first.contains("InklingForConditionalGeneration") {
         return Some("inkling");
     }
-    if first.contains("DeepseekV3") && !has_chat_template {
+    if release >= V0506 && first.contains("DeepseekV3") && !has_chat_template {
         return Some("dsv32");
     }
     None
@@ -487,6 +538,9 @@ pub fn is_glm53_template(t: &str) -> bool {
 /// has a chat template, and why the guard would not count it, if it would not.
 pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
     let arch = cfg.arch.clone().unwrap_or_default();
+    // The newest release the server may run (the verdict is the same or
+    // stricter on older ones).
+    let release = cfg.releases.iter().next_back().unwrap_or(Release::V0523);
     if let Some(ChatTemplateArg::Python(name)) = &cfg.chat_template {
         return (name.clone(), modelled(name).err());
     }
@@ -494,7 +548,7 @@ pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
         if let Some(name) = cfg
             .model_path
             .as_deref()
-            .and_then(|p| conversation_template_for(p, arch.model_type.as_deref()))
+            .and_then(|p| conversation_template_for(p, arch.model_type.as_deref(), release, true))
         {
             return (
                 format!("conversation template {name}"),
@@ -502,7 +556,7 @@ pub fn judge_without_files(cfg: &ServerConfig) -> (String, Option<String>) {
             );
         }
     }
-    match encoding_spec(cfg.tool_call_parser.as_deref(), &arch, true) {
+    match encoding_spec(cfg.tool_call_parser.as_deref(), &arch, true, release) {
         Some(spec) => (spec.to_string(), modelled(spec).err()),
         None => ("jinja".to_string(), None),
     }

@@ -1,5 +1,6 @@
 //! SGLang's `detect_jinja_template_content_format`
-//! (`sglang/srt/parser/jinja_template_utils.py`, 0.5.23):
+//! (`sglang/srt/parser/jinja_template_utils.py`), as each release has it
+//! ([`ContentDetection`]); 0.5.23's:
 //!
 //! * "openai" if the source contains `image`, `audio`, `video` or `vision`;
 //! * otherwise "openai" iff some `{% for %}` iterates `message['content']`,
@@ -11,11 +12,24 @@
 //! and parses only the loop's iterable expression, to the same node shapes.
 
 use super::ContentFormat;
+use crate::count::release::ContentDetection;
 
 pub fn detect_content_format(source: &str) -> ContentFormat {
-    if ["image", "audio", "video", "vision"]
-        .iter()
-        .any(|w| source.contains(w))
+    detect_content_format_as(source, ContentDetection::KeywordsThenLoops)
+}
+
+/// The content format `detection` gives `source`.
+pub fn detect_content_format_as(source: &str, detection: ContentDetection) -> ContentFormat {
+    let loop_vars: &[&str] = match detection {
+        ContentDetection::MessageLoops => &["message"],
+        ContentDetection::MessageMsgMLoops | ContentDetection::KeywordsThenLoops => {
+            &["message", "msg", "m"]
+        }
+    };
+    if detection == ContentDetection::KeywordsThenLoops
+        && ["image", "audio", "video", "vision"]
+            .iter()
+            .any(|w| source.contains(w))
     {
         return ContentFormat::OpenAi;
     }
@@ -23,7 +37,7 @@ pub fn detect_content_format(source: &str) -> ContentFormat {
         let toks = tokenize(tag);
         if let Some(iter) = for_iter(&toks) {
             let node = parse_iter(iter);
-            if ["message", "msg", "m"]
+            if loop_vars
                 .iter()
                 .any(|var| is_var_or_elems_access(&node, var, "content"))
             {

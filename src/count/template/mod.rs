@@ -209,6 +209,14 @@ pub fn detect_content_format(source: &str) -> ContentFormat {
     detect::detect_content_format(source)
 }
 
+/// [`detect_content_format`] as a release detects it.
+pub fn detect_content_format_as(
+    source: &str,
+    detection: crate::count::release::ContentDetection,
+) -> ContentFormat {
+    detect::detect_content_format_as(source, detection)
+}
+
 fn map_error(e: Error) -> TemplateError {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(s) = src {

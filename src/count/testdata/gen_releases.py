@@ -506,7 +506,10 @@ class Server:
                 if not OLD_ADAPTER else protocol.ChatCompletionRequest(**copy.deepcopy(body))
         if OLD_ADAPTER:
             with stage("chat template"):
-                adapted, _ = adapter.v1_chat_generate_request([request], self.tm)
+                # called as V's v1_chat_completions calls it (0.4.6.post5+ passes the rid)
+                kw = {"request_ids": [request.rid]} if "request_ids=[all_requests[0].rid]" in \
+                    inspect.getsource(adapter.v1_chat_completions) else {}
+                adapted, _ = adapter.v1_chat_generate_request([request], self.tm, **kw)
         else:
             with stage("request check"):
                 msg = self.chat._validate_request(request)
@@ -529,7 +532,9 @@ class Server:
                 if not OLD_ADAPTER else protocol.CompletionRequest(**copy.deepcopy(body))
         if OLD_ADAPTER:
             with stage("convert"):
-                adapted, _ = adapter.v1_generate_request([request])
+                kw = {"request_ids": [request.rid]} if "request_ids=[all_requests[0].rid]" in \
+                    inspect.getsource(adapter.v1_completions) else {}
+                adapted, _ = adapter.v1_generate_request([request], **kw)
         else:
             with stage("request check"):
                 msg = self.completion._validate_request(request)
