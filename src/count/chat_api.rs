@@ -406,7 +406,7 @@ impl Build {
                 let prepared =
                     preprocess::prepare_with(&c.body, self.content_format(), &options, &rules);
                 seen.push(c);
-                self.count_prepared(&prepared?, clock, ctx).map(Some)
+                self.count_prepared(&*prepared?, clock, ctx).map(Some)
             });
             match counted {
                 Ok(Some(n)) => best = best.max(Some(n)),
@@ -472,7 +472,6 @@ impl Build {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::count::preprocess::Prepared;
     use crate::count::ContentFormat;
 
     /// Order-sensitive equality (key order is what a template iterates), with
@@ -526,13 +525,13 @@ mod tests {
                     }
                     // A client template reaches the counter, which refuses it
                     // (`ModelCounter::jinja_template`).
-                    (Value::String(e), Ok(Prepared::Template(inputs)))
+                    (Value::String(e), Ok(inputs))
                         if e == "guard_refuses"
                             && inputs
                                 .jinja_arguments()
                                 .is_ok_and(|a| a.template_override.is_some()) => {}
                     (Value::String(e), Err(_)) if e == "sglang_refuses" => {}
-                    (Value::Object(want), Ok(Prepared::Template(inputs))) => {
+                    (Value::Object(want), Ok(inputs)) => {
                         let tools = inputs.tools.clone().unwrap_or(Value::Null);
                         // What the template sees: the kwargs after
                         // `apply_chat_template`'s own arguments are taken out.

@@ -740,7 +740,10 @@ impl Build {
                 }]);
             }
         }
-        if let Some(same) = earlier.iter().find(|b| b.encoder.same_as(&selected.encoder)) {
+        if let Some(same) = earlier
+            .iter()
+            .find(|b| b.encoder.same_as(&selected.encoder))
+        {
             return Ok(Self {
                 releases: vec![release],
                 rules: release.chat_rules(),
@@ -812,11 +815,6 @@ impl Build {
     /// `apply_chat_template`'s own parameters always count). Families that
     /// differ only in a variable the template never names then render once.
     fn same_prompt(&self, a: &Prepared, b: &Prepared) -> bool {
-        let (a, b) = match (a, b) {
-            (Prepared::Ids(x), Prepared::Ids(y)) => return x == y,
-            (Prepared::Template(a), Prepared::Template(b)) => (a, b),
-            _ => return false,
-        };
         let source = match &self.encoder {
             Encoder::Jinja(j) => j.template.as_ref().ok().map(|(s, _)| s.clone()),
             Encoder::Glm53 { .. } | Encoder::Dsv32 | Encoder::Dsv4 { .. } => None,
@@ -839,6 +837,7 @@ impl Build {
             && a.encoders_get_all_tools == b.encoders_get_all_tools
             && a.low_effort_unsure == b.low_effort_unsure
             && a.assistant_prefix == b.assistant_prefix
+            && a.given_ids == b.given_ids
             && a.media_tokens == b.media_tokens
             && a.reasoning_effort == b.reasoning_effort
             && a.wire == b.wire
@@ -978,18 +977,12 @@ impl Build {
     /// debugging a template from the CLI; the server never prints or logs
     /// prompts.
     fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
-        match self.prepare_chat(body, &Consulted::new(self.rules))? {
-            Prepared::Ids(_) => Err(CountError::invalid(
-                "the request carries input_ids: SGLang applies no chat template to it",
-            )),
-            Prepared::Template(inputs) => {
-                if let Encoder::Dsv4 { .. } = self.encoder {
-                    let prompt = self.dsv4_prompt(&inputs)?;
-                    return Ok(self.spell_pieces(&prompt));
-                }
-                Ok(self.chat_prompt(&inputs, clock)?.text)
-            }
+        let inputs = self.prepare_chat(body, &Consulted::new(self.rules))?;
+        if let Encoder::Dsv4 { .. } = self.encoder {
+            let prompt = self.dsv4_prompt(&inputs)?;
+            return Ok(self.spell_pieces(&prompt));
         }
+        Ok(self.chat_prompt(&inputs, clock)?.text)
     }
 
     fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
@@ -1053,24 +1046,31 @@ impl Build {
 
     fn count_prepared(
         &self,
-        prepared: &Prepared,
+        inputs: &ChatInputs,
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
-        match prepared {
-            Prepared::Ids(n) => Ok(*n),
-            Prepared::Template(inputs) if inputs.low_effort_unsure => {
-                let mut without = (**inputs).clone();
-                without.extra.shift_remove("low_effort");
-                without.low_effort_unsure = false;
-                let n = self.count_inputs(inputs, clock, ctx)?;
+        let rendered = if inputs.low_effort_unsure {
+            let mut without = inputs.clone();
+            without.extra.shift_remove("low_effort");
+            without.low_effort_unsure = false;
+            self.count_inputs(inputs, clock, ctx).and_then(|n| {
                 if ctx.stopped.get() {
                     return Ok(n);
                 }
                 Ok(n.max(self.count_inputs(&without, clock, ctx)?))
-            }
-            Prepared::Template(inputs) => self.count_inputs(inputs, clock, ctx),
-        }
+            })
+        } else {
+            self.count_inputs(inputs, clock, ctx)
+        };
+        let Some(ids) = inputs.given_ids else {
+            return rendered;
+        };
+        // The messages may fail to render where the ids would be taken.
+        let mut best = Largest::default();
+        best.add(Ok(ids))?;
+        best.add(rendered)?;
+        best.into_result()
     }
 
     fn count_inputs(

@@ -122,13 +122,8 @@ impl Options {
     }
 }
 
-/// What SGLang renders for a chat request, or the ids it takes verbatim.
-#[derive(Debug)]
-pub enum Prepared {
-    /// `input_ids` given on the chat route: counted as given, no template.
-    Ids(usize),
-    Template(Box<ChatInputs>),
-}
+/// What SGLang renders for a chat request (and the ids it may take instead).
+pub type Prepared = Box<ChatInputs>;
 
 /// The arguments SGLang passes to `apply_chat_template`.
 #[derive(Debug, Default, Clone)]
@@ -154,6 +149,10 @@ pub struct ChatInputs {
     /// applies only if no earlier rule matched the template: the prompt is
     /// counted with and without it, and the larger count wins.
     pub low_effort_unsure: bool,
+    /// `input_ids` given on the chat route (0.5.13), media bounds added: the
+    /// prompt when the worker gets them, the rendered messages when a router
+    /// drops them; the larger of the two is the count.
+    pub given_ids: Option<usize>,
     /// The final assistant text under `continue_final_message`.
     pub assistant_prefix: Option<String>,
     /// The configured upper bounds of the admitted media parts, summed: added
@@ -1287,13 +1286,16 @@ fn process_messages(
             }
         }
     }
-    if let Some(n) = request.input_ids {
-        if n == 0 {
-            return Err(invalid_param("input_ids cannot be empty.", "input_ids"));
-        }
+    // `input_ids` (0.5.13) replace the template on a worker that gets them;
+    // sglang-router drops the field when it forwards a chat in PD mode, and
+    // the worker then renders the messages. The guard cannot see which: both
+    // are counted, and the larger wins.
+    let given_ids = match request.input_ids {
+        Some(0) => return Err(invalid_param("input_ids cannot be empty.", "input_ids")),
         // Media parts still reach the processor: their bounds are charged too.
-        return Ok(Prepared::Ids(n.saturating_add(stage.media_tokens)));
-    }
+        Some(n) => Some(n.saturating_add(stage.media_tokens)),
+        None => None,
+    };
     let has_effective_tools = !effective_tools(&request).is_empty();
     let tools = &request.tools;
     let template_tools: Option<Value> =
@@ -1319,7 +1321,9 @@ fn process_messages(
         } else {
             None
         };
-    apply_jinja_template(request, template_tools, stage)
+    let mut inputs = apply_jinja_template(request, template_tools, stage)?;
+    inputs.given_ids = given_ids;
+    Ok(inputs)
 }
 
 /// serving_chat.py `OpenAIServingChat._apply_jinja_template`, up to the
@@ -1405,7 +1409,7 @@ fn apply_jinja_template(
         && rules.encoder_tools() == EncoderTools::EveryRequestTool;
     let retry_tools = tools.as_ref().map(|t| retry_tools(t, rules.tool_retry()));
 
-    Ok(Prepared::Template(Box::new(ChatInputs {
+    Ok(Box::new(ChatInputs {
         messages: Value::Array(processed),
         tools,
         retry_tools,
@@ -1414,6 +1418,7 @@ fn apply_jinja_template(
         extra,
         low_effort_unsure,
         assistant_prefix,
+        given_ids: None,
         media_tokens: stage.media_tokens,
         reasoning_effort: request.reasoning_effort,
         wire: if opts.wire {
@@ -1421,7 +1426,7 @@ fn apply_jinja_template(
         } else {
             None
         },
-    })))
+    }))
 }
 
 /// `adapter.py` (0.4.5.post3 to 0.4.6.post2) under `--tool-call-parser
@@ -2279,7 +2284,7 @@ mod tests {
 
     fn template(body: Value, format: ContentFormat) -> ChatInputs {
         match prepare(&body, format) {
-            Ok(Prepared::Template(t)) => *t,
+            Ok(t) => *t,
             other => panic!("expected template inputs, got {other:?}"),
         }
     }
@@ -2522,13 +2527,13 @@ mod tests {
         assert!(refuse(
             json!({"messages": [{"role": "user", "content": "q"}], "input_ids": []})
         ));
-        assert!(matches!(
-            prepare(
-                &json!({"messages": [{"role": "user", "content": "q"}], "input_ids": [1, "2", 3.0]}),
-                ContentFormat::String
-            ),
-            Ok(Prepared::Ids(3))
-        ));
+        let both = prepare(
+            &json!({"messages": [{"role": "user", "content": "q"}], "input_ids": [1, "2", 3.0]}),
+            ContentFormat::String,
+        )
+        .unwrap();
+        assert_eq!(both.given_ids, Some(3));
+        assert_eq!(both.messages, json!([{"role": "user", "content": "q"}]));
     }
     #[test]
     fn kwargs_bind_like_apply_chat_template() {
@@ -2592,7 +2597,7 @@ mod tests {
             ..Options::default()
         };
         let inputs = |format, o: &Options| match prepare_with(&body, format, o, &reference()) {
-            Ok(Prepared::Template(t)) => *t,
+            Ok(t) => *t,
             other => panic!("expected template inputs, got {other:?}"),
         };
         // Two images at 3, one audio clip at 10.
@@ -2627,15 +2632,13 @@ mod tests {
         // Without media, nothing is charged.
         let text = json!({"messages": [{"role": "user", "content": "q"}]});
         match prepare_with(&text, ContentFormat::String, &both, &reference()) {
-            Ok(Prepared::Template(t)) => assert_eq!(t.media_tokens, 0),
+            Ok(t) => assert_eq!(t.media_tokens, 0),
             other => panic!("{other:?}"),
         }
         // `input_ids` on the chat route: the media are still charged.
         let mut ids = body.clone();
         ids["input_ids"] = json!([1, 2]);
-        assert!(matches!(
-            prepare_with(&ids, ContentFormat::String, &both, &reference()),
-            Ok(Prepared::Ids(18))
-        ));
+        let given = prepare_with(&ids, ContentFormat::String, &both, &reference()).unwrap();
+        assert_eq!(given.given_ids, Some(18));
     }
 }

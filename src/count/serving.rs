@@ -756,7 +756,7 @@ pub fn conversation_template_for(
     release: Release,
     hf_has_template: bool,
 ) -> Option<String> {
-    use Release::{V0406post2, V0410, V0410post2, V0507, V0512, V0523};
+    use Release::{V0406post2, V0410post2, V0410, V0507, V0512, V0523};
     if release < V0406post2 {
         return None;
     }
@@ -810,14 +810,24 @@ pub fn conversation_template_for(
     // MiniCPM-V/O 4.6 left the conversation templates in 0.5.12, 4.7 in 0.5.23.
     let v46 = release >= V0512
         && (model_type == Some("minicpmv4_6")
-            || ["minicpm-v-4.6", "minicpm-v-4_6", "minicpm-o-4.6", "minicpm-o-4_6"]
-                .iter()
-                .any(|m| p.contains(m)));
+            || [
+                "minicpm-v-4.6",
+                "minicpm-v-4_6",
+                "minicpm-o-4.6",
+                "minicpm-o-4_6",
+            ]
+            .iter()
+            .any(|m| p.contains(m)));
     let v47 = release >= V0523
         && (model_type == Some("minicpmv4_7")
-            || ["minicpm-v-4.7", "minicpm-v-4_7", "minicpm-o-4.7", "minicpm-o-4_7"]
-                .iter()
-                .any(|m| p.contains(m)));
+            || [
+                "minicpm-v-4.7",
+                "minicpm-v-4_7",
+                "minicpm-o-4.7",
+                "minicpm-o-4_7",
+            ]
+            .iter()
+            .any(|m| p.contains(m)));
     let minicpm_new = v46 || v47;
     if !minicpm_new {
         if p.contains("minicpm-v") {
@@ -862,7 +872,7 @@ pub fn conversation_template_for(
 /// refuses such a model on those releases. 0.4.6.post2-0.4.6.post3 test
 /// substrings in any order; from 0.4.6.post4 regexes (`a.*b`: `b` after `a`).
 fn early_conversation_template(model_path: &str, release: Release) -> Option<String> {
-    use Release::{V0406post4, V0407, V0407post1, V0409, V0409post1, V0409post4, V0409post5};
+    use Release::{V0406post4, V0407post1, V0409post1, V0409post4, V0409post5, V0407, V0409};
     let p = model_path.to_lowercase();
     let has = |w: &str| p.contains(w);
     // `re.search("a.*b.*c")`: each after the one before.

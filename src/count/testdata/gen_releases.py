@@ -71,6 +71,7 @@ a parser or template name V would refuse at start-up gives "not startable".
 One step is patched, not the prompt (as gen_versions.py does): xgrammar is
 stubbed, so `convert_json_schema_to_str` of its structural tag (reached after
 the prompt is built, with a parser and a named tool_choice) returns "{}"
+(also when that tag's dump holds an iterator json cannot serialize, 0.5.12)
 and `strip_structural_tag_excludes` is a no-op.
 """
 import asyncio
@@ -241,7 +242,19 @@ def patch_accessors():
 
 # The stubbed xgrammar's structural tag (module docstring).
 def _lenient_schema_to_str(real):
-    return lambda schema: "{}" if isinstance(schema, MagicMock) else real(schema)
+    """convert_json_schema_to_str, except for what the stubbed xgrammar built: a
+    MagicMock, or (0.5.12) a dump of the stand-in StructuralTag holding an
+    iterator, which json cannot serialize. Both come after the prompt is built."""
+    def convert(schema):
+        if isinstance(schema, MagicMock):
+            return "{}"
+        try:
+            return real(schema)
+        except TypeError as e:
+            if "SerializationIterator" in str(e):
+                return "{}"
+            raise
+    return convert
 
 
 for _m in [protocol] + ([serving_chat] if not OLD_ADAPTER else [adapter]):
