@@ -107,7 +107,6 @@ if OLD_ADAPTER:
     import sglang.srt.openai_api.protocol as protocol  # noqa: E402
 else:
     import sglang.srt.entrypoints.openai.protocol as protocol  # noqa: E402
-    import sglang.srt.entrypoints.openai.serving_base as serving_base  # noqa: E402
     import sglang.srt.entrypoints.openai.serving_chat as serving_chat  # noqa: E402
     import sglang.srt.entrypoints.openai.serving_completions as serving_completions  # noqa: E402
     template_manager_mod = E.release_module("sglang.srt.parser.template_manager",
