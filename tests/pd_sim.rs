@@ -41,6 +41,7 @@ async fn stack(mode: Mode) -> Stack {
         page_size: 16,
         context_length: None,
         default_chat_template_kwargs: None,
+        sglang_version: None,
         handoff_timeout_secs: 10,
     })
     .await
