@@ -27,6 +27,11 @@ struct Stack {
 }
 
 async fn stack(mode: Mode) -> Stack {
+    stack_at(mode, None).await
+}
+
+/// [`stack`] with workers announcing, and counting as, SGLang `version`.
+async fn stack_at(mode: Mode, version: Option<&str>) -> Stack {
     let model = tempfile::tempdir().unwrap();
     write_byte_model(model.path()).unwrap();
     let sim = SimPair::start(&SimArgs {
@@ -41,6 +46,7 @@ async fn stack(mode: Mode) -> Stack {
         page_size: 16,
         context_length: None,
         default_chat_template_kwargs: None,
+        sglang_version: version.map(str::to_owned),
         handoff_timeout_secs: 10,
     })
     .await
@@ -441,6 +447,8 @@ async fn pd_sim_command_prints_its_urls_and_serves() {
             "100",
             "--mode",
             "fixed",
+            "--sglang-version",
+            "0.5.21",
         ])
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -454,6 +462,7 @@ async fn pd_sim_command_prints_its_urls_and_serves() {
         .unwrap();
     let v: Value = serde_json::from_str(&line).unwrap();
     assert_eq!(v["mode"], "fixed");
+    assert_eq!(v["version"], "0.5.21");
     assert_eq!(v["bootstrap_port"], 8998);
     let info = reqwest::get(format!("{}/server_info", v["prefill"].as_str().unwrap()))
         .await
@@ -465,9 +474,10 @@ async fn pd_sim_command_prints_its_urls_and_serves() {
     assert_eq!(
         (
             info["max_req_input_len"].clone(),
-            info["served_model_name"].clone()
+            info["served_model_name"].clone(),
+            info["version"].clone()
         ),
-        (json!(100), json!("m"))
+        (json!(100), json!("m"), json!("0.5.21"))
     );
     let health = reqwest::get(format!("{}/health", v["decode"].as_str().unwrap()))
         .await
@@ -506,4 +516,299 @@ async fn audit_judges_the_pair_by_what_it_does() {
         );
         s.sim.stop().await;
     }
+}
+
+/// The real `prefill-guard serve` binary on loopback ports in front of
+/// `upstream`, counting with the model in `model`, with more `serve` flags.
+struct ServedGuard {
+    base: String,
+    _child: tokio::process::Child,
+}
+
+async fn serve_guard(model: &std::path::Path, upstream: &str, flags: &[&str]) -> ServedGuard {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--upstream", upstream, "--served-model-name", "demo"])
+        .args(["--log-format", "json"])
+        .arg("--tokenizer")
+        .arg(model)
+        .args(flags)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the guard serves");
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["message"] == "prefill-guard serving" {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("the guard starts serving");
+    // Read the log on, so the pipe never fills.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let base = format!("http://{}", serving["listen"].as_str().unwrap());
+    let readyz = format!(
+        "http://{}/readyz",
+        serving["admin_listen"].as_str().unwrap()
+    );
+    // Ready once the limit is known (with discovery: read from the worker).
+    tokio::time::timeout(PATIENCE, async {
+        while reqwest::get(&readyz)
+            .await
+            .ok()
+            .map(|r| r.status().as_u16())
+            != Some(200)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the guard gets ready");
+    ServedGuard {
+        base,
+        _child: child,
+    }
+}
+
+/// A chat whose `messages` hold `n` tokens of text carrying `marker`, and
+/// whose `input_ids` are `ids`: on SGLang before 0.5.13 the ids are dropped
+/// and the messages rendered; from 0.5.13 the ids are the prompt.
+fn chat_with_ids(marker: &str, n: usize, ids: &[u32], stream: bool) -> Value {
+    let mut b = body("/v1/chat/completions", &text_of(marker, n), stream);
+    b["input_ids"] = json!(ids);
+    b
+}
+
+/// `/server_info`'s `version`, read as discovery reads it.
+async fn announced_version(s: &Stack) -> Value {
+    let r = s
+        .http
+        .get(format!("http://{}/get_server_info", s.sim.prefill))
+        .send()
+        .await
+        .unwrap();
+    serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap()["version"].clone()
+}
+
+/// The worst bypass of a guard that trusts chat `input_ids`: on a release
+/// before 0.5.13 a chat with long `messages` and `input_ids: [1, 2, 3]` is a
+/// long prompt. The pair leaks on it; the guard, reading the version from
+/// the prefill worker, counts the messages and refuses it.
+#[tokio::test]
+async fn before_0_5_13_chat_input_ids_are_ignored_and_the_guard_counts_the_messages() {
+    // 0.4.10.post2 also has only the old `/get_*` info routes: discovery falls back.
+    for version in ["0.5.11", "0.4.10.post2"] {
+        let s = stack_at(Mode::Vulnerable, Some(version)).await;
+        assert_eq!(announced_version(&s).await, version);
+        let bypass = |stream| chat_with_ids("SECRET-B-3", LIMIT + 40, &[1, 2, 3], stream);
+        // Without the guard: the pair renders the messages (L >= LIMIT), the
+        // prefill stubs the prompt, and B reads A's pages.
+        for (i, stream) in [false, true].into_iter().enumerate() {
+            let secret = format!("SECRET-A-{i}");
+            let a = body("", &text_of(&secret, 40), false);
+            let (status, raw) = s.post(&s.router, "/v1/chat/completions", &a).await;
+            assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
+            let (status, raw) = s
+                .post(&s.router, "/v1/chat/completions", &bypass(stream))
+                .await;
+            assert_eq!(status, 200, "{version}: no error anywhere: {raw}");
+            let b = answer(&raw);
+            assert!(b.contains(&secret), "{version}: B is handed A's secret");
+            assert_eq!(
+                markers(&b),
+                ['A'],
+                "{version}: B's own prompt never arrived"
+            );
+            if !stream {
+                let v: Value = serde_json::from_str(&raw).unwrap();
+                // The template adds 19 tokens to the message.
+                assert_eq!(v["usage"]["prompt_tokens"], LIMIT + 40 + 19, "{version}");
+            }
+        }
+        // With the guard, which reads the version and the limit from the
+        // prefill worker: refused, and the workers never see it.
+        let prefill = format!("http://{}", s.sim.prefill);
+        let guard = serve_guard(s.model.path(), &s.router, &["--prefill-url", &prefill]).await;
+        let a = body("", &text_of("SECRET-A-7", 40), false);
+        let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &a).await;
+        assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
+        let before = s.sim.requests_received();
+        for stream in [false, true] {
+            let (status, raw) = s
+                .post(&guard.base, "/v1/chat/completions", &bypass(stream))
+                .await;
+            assert_eq!(status, 400, "{version}: {raw}");
+            let v: Value = serde_json::from_str(&raw).unwrap();
+            assert_eq!(v["error"]["code"], "context_length_exceeded", "{raw}");
+            assert!(!raw.contains("SECRET-"), "{raw}");
+        }
+        assert_eq!(
+            s.sim.requests_received(),
+            before,
+            "{version}: nothing reached the workers"
+        );
+        drop(guard);
+        s.sim.stop().await;
+    }
+}
+
+/// From 0.5.13 the same request is a three-token prompt, on the pair and
+/// in the guard's count: the guard follows the version it reads.
+#[tokio::test]
+async fn from_0_5_13_chat_input_ids_are_the_prompt_and_the_guard_admits_them() {
+    let s = stack_at(Mode::Vulnerable, Some("0.5.19")).await;
+    assert_eq!(announced_version(&s).await, "0.5.19");
+    let prefill = format!("http://{}", s.sim.prefill);
+    let guard = serve_guard(s.model.path(), &s.router, &["--prefill-url", &prefill]).await;
+    for base in [&s.router, &guard.base] {
+        let a = body("", &text_of("SECRET-A-8", 40), false);
+        let (status, raw) = s.post(base, "/v1/chat/completions", &a).await;
+        assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
+        let bypass = chat_with_ids("SECRET-B-4", LIMIT + 40, &[1, 2, 3], false);
+        let (status, raw) = s.post(base, "/v1/chat/completions", &bypass).await;
+        assert_eq!(status, 200, "{raw}");
+        let v: Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(v["usage"]["prompt_tokens"], 3, "{raw}");
+        assert_eq!(answer(&raw), "\u{1}\u{2}\u{3}", "the ids are the prompt");
+    }
+    drop(guard);
+    s.sim.stop().await;
+}
+
+/// A guard told no release (`serve --max-req-input-len`, no discovery) may
+/// be in front of any of them, so it counts the messages as the releases
+/// before 0.5.13 do, whatever the `input_ids` say.
+#[tokio::test]
+async fn a_static_guard_without_a_version_counts_the_messages_whatever_the_ids() {
+    let s = stack_at(Mode::Vulnerable, Some("0.5.11")).await;
+    let limit = LIMIT.to_string();
+    let guard = serve_guard(s.model.path(), &s.router, &["--max-req-input-len", &limit]).await;
+    let a = body("", &text_of("SECRET-A-9", 40), false);
+    let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &a).await;
+    assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
+    let before = s.sim.requests_received();
+    let ids: [&[u32]; 3] = [&[1, 2, 3], &[7], &[65; 10]];
+    for ids in ids {
+        for stream in [false, true] {
+            let bypass = chat_with_ids("SECRET-B-5", LIMIT + 40, ids, stream);
+            let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &bypass).await;
+            assert_eq!(status, 400, "{ids:?}: {raw}");
+            let v: Value = serde_json::from_str(&raw).unwrap();
+            assert_eq!(v["error"]["code"], "context_length_exceeded", "{raw}");
+        }
+    }
+    assert_eq!(
+        s.sim.requests_received(),
+        before,
+        "nothing reached the workers"
+    );
+    drop(guard);
+    s.sim.stop().await;
+}
+
+/// What each release publishes: the version everywhere, the newer info
+/// routes and keys only where the release has them.
+#[tokio::test]
+async fn workers_publish_what_their_release_publishes() {
+    for (version, new_routes, internal_states, architecture) in [
+        ("0.4.6", false, false, false),
+        ("0.4.10.post2", false, true, false),
+        ("0.5.11", true, true, true),
+        ("0.5.19", true, true, true),
+    ] {
+        let s = stack_at(Mode::Vulnerable, Some(version)).await;
+        let get = |path: &'static str| {
+            let url = format!("http://{}{path}", s.sim.prefill);
+            let http = s.http.clone();
+            async move {
+                let r = http.get(url).send().await.unwrap();
+                let status = r.status().as_u16();
+                (
+                    status,
+                    serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap(),
+                )
+            }
+        };
+        let (status, info) = get("/get_server_info").await;
+        assert_eq!(status, 200);
+        assert_eq!(info["version"], version);
+        assert_eq!(info["max_req_input_len"], LIMIT);
+        assert_eq!(
+            info.get("internal_states").is_some(),
+            internal_states,
+            "{version}"
+        );
+        let (status, model) = get("/get_model_info").await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            model.get("architectures").is_some(),
+            architecture,
+            "{version}"
+        );
+        for path in ["/server_info", "/model_info"] {
+            let status = get(path).await.0;
+            assert_eq!(status == 200, new_routes, "{version} {path}: {status}");
+        }
+        s.sim.stop().await;
+    }
+}
+
+/// `pd-sim --sglang-version` refuses what it cannot be, with why.
+#[tokio::test]
+async fn pd_sim_refuses_a_version_it_cannot_run() {
+    let model = tempfile::tempdir().unwrap();
+    write_byte_model(model.path()).unwrap();
+    for (version, mode, says) in [
+        ("latest", "vulnerable", "is not an SGLang version"),
+        ("0.4.4", "vulnerable", "older than 0.4.5"),
+        ("0.5.21", "vulnerable", "has the fix"),
+        ("0.5.11", "fixed", "has no fix"),
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+            .args(["pd-sim", "--max-req-input-len", "100", "--mode", mode])
+            .args(["--sglang-version", version])
+            .arg("--tokenizer")
+            .arg(model.path())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{version} {mode}");
+        assert!(out.stdout.is_empty(), "no address line: {version} {mode}");
+        assert!(stderr.contains(says), "{version} {mode}: {stderr}");
+    }
+    // Nor a server flag the release does not have.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+        .args([
+            "pd-sim",
+            "--max-req-input-len",
+            "100",
+            "--sglang-version",
+            "0.5.11",
+        ])
+        .args(["--default-chat-template-kwargs", "{}"])
+        .arg("--tokenizer")
+        .arg(model.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no --default-chat-template-kwargs"));
 }

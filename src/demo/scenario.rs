@@ -95,6 +95,7 @@ pub async fn run(args: &DemoArgs, out: &mut (impl Write + Send)) -> anyhow::Resu
         page_size: 16,
         context_length: None,
         default_chat_template_kwargs: None,
+        sglang_version: None,
         handoff_timeout_secs: 30,
     })
     .await?;

@@ -19,8 +19,10 @@
 //!      finish with an error later, its prompt is replaced by the one-token
 //!      placeholder `[0]`, and the handoff carries on: one token of KV is
 //!      transferred, into slot 0, and the transfer is marked complete.
-//!    * SGLang ≥ 0.5.21 (`--mode fixed`): the request is refused with
-//!      SGLang's 400 and decode is told, so nothing is generated.
+//!    * SGLang ≥ 0.5.20 (`--mode fixed`): the request is refused with
+//!      SGLang's 400 and decode is told, so nothing is generated (0.5.21
+//!      refuses at admission, 0.5.20 after a wasted forward pass; the
+//!      answers are the same).
 //!    * Under the limit, all `L` tokens are transferred.
 //! 3. **Decode** generates from the `L` slots it reserved. After a one-token
 //!    transfer, slots `1..L` still hold whatever the previous owner of those
@@ -30,15 +32,32 @@
 //! is the detokenized KV slots), so a normal answer echoes the caller's own
 //! prompt and an answer built on stale pages echoes someone else's.
 //!
+//! # The release
+//!
+//! `--sglang-version V` (default: the mode's, 0.5.19 or 0.5.23) is the
+//! release the workers run ([`release`]). They report it as `version` in
+//! `/server_info`, publish only the info routes and keys that release has
+//! (before 0.5.6 only `/get_server_info` and `/get_model_info`, the latter
+//! without the architecture), and build every prompt as V's family does
+//! ([`crate::count::release`]). The difference that matters most: before
+//! 0.5.13 a chat's `input_ids` is not a field, so a chat with long
+//! `messages` and `input_ids: [1, 2, 3]` is a long prompt there (the
+//! messages are rendered), and a three-token one from 0.5.13 on. Both
+//! workers share one model, so prefill and decode always agree on `L`. V
+//! must be readable, 0.4.5 or later, and agree with the mode (vulnerable
+//! before 0.5.20, fixed from 0.5.20); otherwise the pair does not start.
+//!
 //! # What is real
 //!
-//! The tokenizer and chat template are the guard's own ([`crate::count`]), so
-//! the prompt length a worker computes is exactly the length the guard
-//! counts; the HTTP routes, response and error shapes are SGLang's. Because
-//! the two agree by construction, the simulator shows the guard's *policy*
-//! at work (refuse at `L >= max_req_input_len`, read from the prefill
-//! worker); that the count itself equals SGLang's is pinned elsewhere, by
-//! the golden tests against real tokenizers (`tests/goldens.rs`).
+//! The tokenizer and chat template are the guard's own ([`crate::count`],
+//! counting for V's family only), so the prompt length a worker computes is
+//! exactly the length a guard that knows V counts; the HTTP routes,
+//! response and error shapes are SGLang's. Because the two agree by
+//! construction, the simulator shows the guard's *policy* at work (refuse
+//! at `L >= max_req_input_len`, read from the prefill worker, counted as
+//! the release it reports builds prompts); that the count itself equals
+//! SGLang's is pinned elsewhere, by the golden tests against real
+//! tokenizers (`tests/goldens.rs`).
 //!
 //! Not modelled: `n > 1` (refused), media, sessions, logprobs, and any
 //! sampling: the "model" is deterministic.
@@ -46,10 +65,12 @@
 pub mod dispatch;
 pub mod kv;
 pub mod model;
+pub mod release;
 pub mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +82,7 @@ use tokio::task::JoinHandle;
 
 use kv::KvPool;
 use model::SimModel;
+use release::SimRelease;
 use worker::{Role, Worker};
 
 /// Which SGLang behaviour the prefill worker has.
@@ -68,7 +90,7 @@ use worker::{Role, Worker};
 pub enum Mode {
     /// ≤ 0.5.19: an over-limit prompt becomes a one-token handoff.
     Vulnerable,
-    /// ≥ 0.5.21: an over-limit prompt is refused with 400 on both workers.
+    /// ≥ 0.5.20: an over-limit prompt is refused with 400 on both workers.
     Fixed,
 }
 
@@ -80,7 +102,7 @@ impl Mode {
         }
     }
 
-    /// The SGLang version whose behaviour the mode models (`/server_info`).
+    /// The SGLang version the mode models by default (`--sglang-version`).
     pub fn version(self) -> &'static str {
         match self {
             Mode::Vulnerable => "0.5.19",
@@ -108,6 +130,12 @@ pub struct SimArgs {
     pub max_req_input_len: usize,
     #[arg(long, value_enum, default_value = "vulnerable")]
     pub mode: Mode,
+    /// The SGLang release the workers run: they report it in /server_info,
+    /// publish what it publishes, and build prompts as it does (default:
+    /// the mode's, 0.5.19 vulnerable, 0.5.23 fixed). Must agree with the
+    /// mode: vulnerable before 0.5.20, fixed from 0.5.20.
+    #[arg(long, value_name = "VERSION")]
+    pub sglang_version: Option<String>,
     /// The port reported as the prefill bootstrap port (nothing listens on it).
     #[arg(long, default_value_t = 8998)]
     pub bootstrap_port: u16,
@@ -134,6 +162,11 @@ pub struct SimPair {
     pub prefill: SocketAddr,
     pub decode: SocketAddr,
     pub pool: KvPool,
+    /// The SGLang version the workers announce.
+    pub version: String,
+    /// Prompt-carrying requests (`/generate`, `/v1/*completions`) the
+    /// workers received, both roles together.
+    received: Arc<AtomicUsize>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
@@ -152,8 +185,13 @@ impl SimPair {
             args.kv_pages > 0 && args.page_size > 0 && context_len > 6,
             "the KV pool and the context must hold a prompt"
         );
+        let release = SimRelease::new(args.sglang_version.as_deref(), args.mode)?;
         let kwargs = match &args.default_chat_template_kwargs {
             None => serde_json::Map::new(),
+            Some(_) if !release.default_chat_template_kwargs() => anyhow::bail!(
+                "SGLang {} has no --default-chat-template-kwargs (0.5.16 and later)",
+                release.version
+            ),
             Some(text) => match serde_json::from_str::<serde_json::Value>(text)? {
                 serde_json::Value::Object(m) => m,
                 _ => anyhow::bail!("--default-chat-template-kwargs must be a JSON object"),
@@ -163,7 +201,9 @@ impl SimPair {
             &args.tokenizer,
             &args.served_model_name,
             kwargs,
+            release,
         )?);
+        let version = model.release.version.clone();
         let pool = KvPool::new(
             args.kv_pages,
             args.page_size,
@@ -177,6 +217,8 @@ impl SimPair {
             prefill: prefill.local_addr()?,
             decode: decode.local_addr()?,
             pool: pool.clone(),
+            version,
+            received: Arc::new(AtomicUsize::new(0)),
             stop,
             tasks: Vec::new(),
         };
@@ -190,11 +232,17 @@ impl SimPair {
                 context_len,
                 bootstrap_port: args.bootstrap_port,
                 handoff_timeout: Duration::from_secs(args.handoff_timeout_secs),
+                received: pair.received.clone(),
             });
             pair.tasks
                 .push(pair.serve(listener, worker::router(worker)));
         }
         Ok(pair)
+    }
+
+    /// How many prompt-carrying requests the workers have received so far.
+    pub fn requests_received(&self) -> usize {
+        self.received.load(Ordering::Relaxed)
     }
 
     /// Serves `app` on `listener` until [`SimPair::stop`].
@@ -234,6 +282,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
             "decode": format!("http://{}", pair.decode),
             "bootstrap_port": args.bootstrap_port,
             "mode": args.mode.name(),
+            "version": pair.version,
         })
     );
     stop.await;

@@ -1,12 +1,14 @@
 //! The simulated model: a real tokenizer and chat template (the guard's own
-//! loader), and a "network" that regurgitates its context.
+//! loader, counting as the announced release's family does), and a
+//! "network" that regurgitates its context.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::count::{Clock, ModelCounter, ModelFiles, ServerConfig, TextTokenizer, Unit};
+use super::release::SimRelease;
+use crate::count::{Clock, ModelCounter, ModelFiles, Releases, ServerConfig, TextTokenizer, Unit};
 use crate::inspect::{self, Route};
 
 /// What the workers know about the model.
@@ -16,6 +18,8 @@ pub struct SimModel {
     /// `--default-chat-template-kwargs`, applied to every chat request as
     /// SGLang applies it (and published in `/server_info`).
     pub default_chat_template_kwargs: serde_json::Map<String, Value>,
+    /// The release the workers run: prompts are built as its family builds them.
+    pub release: SimRelease,
     counter: ModelCounter,
     tokenizer: TextTokenizer,
 }
@@ -25,9 +29,11 @@ impl SimModel {
         dir: &Path,
         served_name: &str,
         default_chat_template_kwargs: serde_json::Map<String, Value>,
+        release: SimRelease,
     ) -> anyhow::Result<Self> {
         let server = ServerConfig {
             default_chat_template_kwargs: default_chat_template_kwargs.clone(),
+            releases: Releases::one(release.family),
             ..ServerConfig::default()
         };
         let counter = ModelCounter::for_server(Arc::new(ModelFiles::load(dir)?), Arc::new(server))
@@ -50,6 +56,7 @@ impl SimModel {
                 .display()
                 .to_string(),
             default_chat_template_kwargs,
+            release,
             counter,
             tokenizer,
         })
@@ -61,7 +68,7 @@ impl SimModel {
     /// simulator and the guard can never disagree about `L`.
     pub fn prompts(&self, route: Route, body: Arc<Value>) -> Result<Vec<Vec<u32>>, String> {
         let request = inspect::extract(route, body.clone()).map_err(|r| r.message(Some(route)))?;
-        let given = given_ids(route, &body);
+        let given = given_ids(route, &body, self.release.chat_input_ids());
         let mut out = Vec::with_capacity(request.units.len());
         for (i, unit) in request.units.iter().enumerate() {
             let ids = match unit {
@@ -70,6 +77,9 @@ impl SimModel {
                     .cloned()
                     .ok_or("token ids the simulator could not read")?,
                 Unit::Text(text) => self.encode(text, true)?,
+                // 0.5.13 and later: the chat's own `input_ids` are the prompt.
+                // Before, the field does not exist and the messages are rendered.
+                Unit::Chat(_) if !given.is_empty() => given[0].clone(),
                 Unit::Chat(chat) => {
                     let rendered = self
                         .counter
@@ -116,11 +126,13 @@ fn fit(mut ids: Vec<u32>, len: usize) -> Vec<u32> {
 }
 
 /// Token ids the client sent itself (`/generate` `input_ids`, completions
-/// `prompt`), one list per sequence.
-fn given_ids(route: Route, body: &Value) -> Vec<Vec<u32>> {
+/// `prompt`, chat `input_ids` on a release that reads them), one list per
+/// sequence.
+fn given_ids(route: Route, body: &Value, chat_input_ids: bool) -> Vec<Vec<u32>> {
     let field = match route {
         Route::Generate => &body["input_ids"],
         Route::Completions => &body["prompt"],
+        Route::ChatCompletions if chat_input_ids => &body["input_ids"],
         _ => return Vec::new(),
     };
     let as_ids = |v: &Value| -> Option<Vec<u32>> {

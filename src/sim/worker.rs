@@ -6,7 +6,7 @@
 //! * **prefill** runs the scheduler's `validate_input_length`
 //!   (`L >= max_req_input_len`). Vulnerable (≤ 0.5.19): the prompt becomes the
 //!   one-token placeholder `[0]` and that one token is "transferred" (slot 0
-//!   written, transfer marked complete, no error anywhere). Fixed (≥ 0.5.21):
+//!   written, transfer marked complete, no error anywhere). Fixed (≥ 0.5.20):
 //!   the request is aborted with SGLang's 400 and the room is told, so decode
 //!   answers with the same error instead of generating. Under the limit every
 //!   token is written.
@@ -15,6 +15,7 @@
 //!   the detokenized KV slots, up to the request's token budget.
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -63,6 +64,8 @@ pub struct Worker {
     pub bootstrap_port: u16,
     /// How long either side waits for the other in a handoff.
     pub handoff_timeout: Duration,
+    /// Counts the prompt-carrying requests received (shared by the pair).
+    pub received: Arc<AtomicUsize>,
 }
 
 pub fn router(worker: Arc<Worker>) -> axum::Router {
@@ -74,13 +77,20 @@ async fn handle(State(w): State<Arc<Worker>>, req: Request) -> Response {
     let method = req.method().clone();
     match (method, path.as_str()) {
         (Method::GET, "/health" | "/health_generate") => empty(StatusCode::OK),
-        (Method::GET, "/server_info" | "/get_server_info") => json_response(w.server_info()),
-        (Method::GET, "/model_info" | "/get_model_info") => json_response(w.model_info()),
+        (Method::GET, "/get_server_info") => json_response(w.server_info()),
+        (Method::GET, "/get_model_info") => json_response(w.model_info()),
+        (Method::GET, "/server_info") if w.model.release.new_info_routes() => {
+            json_response(w.server_info())
+        }
+        (Method::GET, "/model_info") if w.model.release.new_info_routes() => {
+            json_response(w.model_info())
+        }
         (Method::GET, "/v1/models") => json_response(w.models()),
         // The router's load monitor polls this every 30 s.
         (Method::GET, "/get_load") => json_response(w.load()),
         (Method::POST, "/generate" | "/v1/chat/completions" | "/v1/completions") => {
             let route = Route::from_path(&path).expect("a listed route");
+            w.received.fetch_add(1, Ordering::Relaxed);
             match axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES).await {
                 Ok(body) => w.serve(route, body).await,
                 Err(_) => error(
@@ -407,7 +417,8 @@ impl Worker {
             Role::Decode => (capacity, (self.context_len - 1).min(capacity - 1) - 5),
         };
         let mode = self.role.name();
-        json!({
+        let release = &self.model.release;
+        let mut info = json!({
             "model_path": self.model.model_path,
             "tokenizer_path": self.model.model_path,
             "served_model_name": self.model.served_name,
@@ -423,19 +434,28 @@ impl Worker {
             "skip_tokenizer_init": false,
             "is_embedding": false,
             "chat_template": null,
-            "default_chat_template_kwargs": (!self.model.default_chat_template_kwargs.is_empty())
-                .then(|| Value::Object(self.model.default_chat_template_kwargs.clone())),
             "status": "ready",
             "max_total_num_tokens": pool,
             "max_req_input_len": max_req_input_len,
-            "internal_states": [{
+            "version": release.version,
+            "frontend": "python",
+        });
+        // What older releases do not publish at all (the flag or the field
+        // does not exist there).
+        if release.default_chat_template_kwargs() {
+            info["default_chat_template_kwargs"] =
+                (!self.model.default_chat_template_kwargs.is_empty())
+                    .then(|| Value::Object(self.model.default_chat_template_kwargs.clone()))
+                    .into();
+        }
+        if release.internal_states() {
+            info["internal_states"] = json!([{
                 "disaggregation_mode": mode,
                 "max_req_input_len": max_req_input_len,
                 "memory_usage": {"token_capacity": pool},
-            }],
-            "version": self.mode.version(),
-            "frontend": "python",
-        })
+            }]);
+        }
+        info
     }
 
     /// `GET /get_load`: one entry per data-parallel rank (one here).
@@ -446,22 +466,28 @@ impl Worker {
     }
 
     fn model_info(&self) -> Value {
-        json!({
+        let release = &self.model.release;
+        let mut info = json!({
             "model_path": self.model.model_path,
-            "served_model_name": self.model.served_name,
             "tokenizer_path": self.model.model_path,
             "is_generation": true,
             "preferred_sampling_params": null,
             "weight_version": "default",
-            "load_format": "auto",
-            "reasoning_parser": null,
-            "tool_call_parser": null,
-            "disaggregation_mode": self.role.name(),
-            "has_image_understanding": false,
-            "has_audio_understanding": false,
-            "model_type": "prefill-guard-sim",
-            "architectures": ["PrefillGuardSimForCausalLM"],
-        })
+        });
+        if release.model_info_architecture() {
+            info["served_model_name"] = json!(self.model.served_name);
+            info["load_format"] = json!("auto");
+            info["disaggregation_mode"] = json!(self.role.name());
+            info["has_image_understanding"] = json!(false);
+            info["has_audio_understanding"] = json!(false);
+            info["model_type"] = json!("prefill-guard-sim");
+            info["architectures"] = json!(["PrefillGuardSimForCausalLM"]);
+        }
+        if release.model_info_parsers() {
+            info["reasoning_parser"] = Value::Null;
+            info["tool_call_parser"] = Value::Null;
+        }
+        info
     }
 
     fn models(&self) -> Value {
