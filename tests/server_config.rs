@@ -394,11 +394,14 @@ async fn the_workers_sglang_version_decides_how_tools_are_counted() {
     tool_boundary_is(&mixed, 5, "mixed builds: the larger count").await;
     assert_eq!(mixed.readyz().await, 200);
 
-    // Older than any release the counts are checked against: not served.
-    a.set(|x| *x = worker_on("0.5.18"));
+    // Older than PD disaggregation itself (0.4.5): not served.
+    a.set(|x| *x = worker_on("0.4.4"));
     not_served_saying(&live, "server_config_unmodelled", "version", "version").await;
     a.set(|x| *x = worker_on("0.5.20"));
     tool_boundary_is(&live, 5, "0.5.20 dumps strict=false too").await;
+    // 0.5.18 is counted as its own release counts: strict=false as well.
+    a.set(|x| *x = worker_on("0.5.18"));
+    tool_boundary_is(&live, 5, "0.5.18 dumps strict=false").await;
 }
 
 #[tokio::test]

@@ -978,6 +978,13 @@ impl Build {
     /// prompts.
     fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
         let inputs = self.prepare_chat(body, &Consulted::new(self.rules))?;
+        if inputs.given_ids.is_some() {
+            // Which prompt the worker builds depends on what is in between.
+            return Err(CountError::invalid(
+                "the request carries input_ids: a worker that gets them renders no template (the guard \
+                 also counts the messages, which a worker behind sglang-router renders)",
+            ));
+        }
         if let Encoder::Dsv4 { .. } = self.encoder {
             let prompt = self.dsv4_prompt(&inputs)?;
             return Ok(self.spell_pieces(&prompt));
