@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prefill_guard::count::tokenizer::TextTokenizer;
-use prefill_guard::count::{Clock, ModelCounter, Unit};
+use prefill_guard::count::{Clock, ModelCounter, ModelFiles, Releases, ServerConfig, Unit};
 
 /// `cargo bench` passes `--bench`; `cargo test` does not (criterion then runs
 /// every benchmark once as a smoke test).
@@ -292,6 +292,24 @@ fn counting(c: &mut Criterion) {
                 Err(e) => eprintln!("{name}: no chat benchmark, the guard refuses the chat: {e}"),
             },
             Err(e) => eprintln!("{name}: no chat benchmark, the model does not load: {e}"),
+        }
+        // The same chat where the server's release is not known: counted as
+        // every family builds it (issue 27: at most 1.2x one family's cost).
+        let any_release = ModelFiles::load(&dir).ok().and_then(|files| {
+            let server = ServerConfig {
+                releases: Releases::any(),
+                ..ServerConfig::default()
+            };
+            ModelCounter::for_server(Arc::new(files), Arc::new(server)).ok()
+        });
+        if let Some(counter) = any_release {
+            if let Ok(n) = counter.count(&chat_unit, Clock::default()) {
+                group.bench_with_input(
+                    BenchmarkId::new("guard_chat_template_and_count_any_release", n),
+                    &chat_unit,
+                    |b, u| b.iter(|| counter.count(u, Clock::default()).unwrap()),
+                );
+            }
         }
         group.finish();
     }

@@ -991,7 +991,9 @@ fn early_conversation_template(model_path: &str, release: Release) -> Option<Str
     None
 }
 
-/// Tool-call parsers SGLang 0.5.23 knows (`FunctionCallParser.ToolCallParserEnum`).
+/// Tool-call parsers SGLang knows (`FunctionCallParser.ToolCallParserEnum`,
+/// 0.5.23's plus those only older releases had); besides those named in
+/// [`ServerConfig::resolve`], they parse output and leave the prompt alone.
 const TOOL_CALL_PARSERS: &[&str] = &[
     "apertus2509",
     "beam",
@@ -1020,6 +1022,8 @@ const TOOL_CALL_PARSERS: &[&str] = &[
     "pythonic",
     "qwen",
     "qwen25",
+    // 0.4.9.post3 only.
+    "qwen3",
     "qwen3_coder",
     "spark25",
     "step3",
@@ -1039,7 +1043,8 @@ const TOOL_CALL_PARSERS: &[&str] = &[
     "response_template",
 ];
 
-/// Reasoning parsers SGLang 0.5.23 knows (`ReasoningParser.DetectorMap`).
+/// Reasoning parsers SGLang knows (`ReasoningParser.DetectorMap`, 0.5.23's
+/// plus those only older releases had).
 const REASONING_PARSERS: &[&str] = &[
     "apertus2509",
     "beam",
@@ -1069,6 +1074,8 @@ const REASONING_PARSERS: &[&str] = &[
     "step3p5",
     "mistral",
     "nemotron_3",
+    // 0.5.x before nemotron_3.
+    "nano_v3",
     "granite_thinking_parser",
     "interns1",
     "gemma4",
@@ -1146,7 +1153,7 @@ impl ServerConfig {
                             .into(),
                     ),
                     Some(p) if TOOL_CALL_PARSERS.contains(&p) => c.tool_call_parser = Some(p.into()),
-                    _ => refuse(name, value, "not a tool-call parser SGLang 0.5.23 knows".into()),
+                    _ => refuse(name, value, "not a tool-call parser any SGLang release knows".into()),
                 },
                 "reasoning_parser" => match text {
                     Some(p @ ("hunyuan" | "beam" | "response_template")) => refuse(
@@ -1158,7 +1165,7 @@ impl ServerConfig {
                         ),
                     ),
                     Some(p) if REASONING_PARSERS.contains(&p) => c.reasoning_parser = Some(p.into()),
-                    _ => refuse(name, value, "not a reasoning parser SGLang 0.5.23 knows".into()),
+                    _ => refuse(name, value, "not a reasoning parser any SGLang release knows".into()),
                 },
                 "chat_template" => match text.map(ChatTemplateArg::parse) {
                     Some(ChatTemplateArg::Conversation(n)) => refuse(
