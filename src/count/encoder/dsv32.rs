@@ -1,6 +1,10 @@
-//! DeepSeek-V3.2's chat encoder, as SGLang 0.5.23 runs it:
+//! DeepSeek-V3.2's chat encoder, as SGLang runs it:
 //! `sglang/srt/entrypoints/openai/encoding_dsv32.py`, ported function by
-//! function (each Rust function names the Python one it mirrors).
+//! function (each Rust function names the Python one it mirrors). The file
+//! first ships in 0.5.6 and changes at 0.5.7, 0.5.14 and 0.5.20; each
+//! version that encodes differently is a [`Dsv32Version`] (0.5.20 only
+//! reformats a line). Which releases call it, with what, is
+//! `dsv32_serving.rs`.
 //!
 //! Only the encoding half is ported (`encode_messages` and everything it
 //! calls). The completion parser (`parse_message_from_completion_text`,
@@ -102,6 +106,75 @@ const TOOL_OUTPUT_TEMPLATE: &str = "\n<result>{content}</result>";
 const P_DSML_TEMPLATE: &str =
     "<{dsml_token}parameter name=\"{key}\" string=\"{is_str}\">{value}</{dsml_token}parameter>";
 
+/// The `encoding_dsv32.py` a release ships, where versions encode or fail
+/// differently (md5 of the file: 0.5.6 `ddf8936d`, 0.5.7 `c595792a`, 0.5.14
+/// `4abf60bf`, 0.5.20 `3b513153`, the last a reformatted line of 0.5.14's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Dsv32Version {
+    /// 0.5.6 - 0.5.6.post2: `assert` where later files raise
+    /// `DS32EncodingError`, on the same conditions (an `AssertionError`, with
+    /// the assert's message; none for the index check); arguments are
+    /// `json.loads(tool_call["arguments"])` as in 0.5.7.
+    V0506,
+    /// 0.5.7 - 0.5.13: `encode_arguments_to_dsml` calls
+    /// `json.loads(tool_call["arguments"])` whatever the arguments are (a
+    /// dict raises `TypeError`) and `.items()` on the result (a list raises
+    /// `AttributeError`).
+    V0507,
+    /// 0.5.14 and later (0.5.23 included): a string is `json.loads`-ed, a
+    /// dict taken as it is, anything else is a `ValueError`.
+    V0514,
+}
+
+impl Dsv32Version {
+    /// The version `major.minor.patch` ships, or `None` before 0.5.6 (no
+    /// such file).
+    pub fn of_release(version: (u32, u32, u32)) -> Option<Dsv32Version> {
+        match version {
+            v if v < (0, 5, 6) => None,
+            v if v < (0, 5, 7) => Some(Dsv32Version::V0506),
+            v if v < (0, 5, 14) => Some(Dsv32Version::V0507),
+            _ => Some(Dsv32Version::V0514),
+        }
+    }
+}
+
+/// How a call site calls `encode_messages`: the file's version, and whether
+/// it passes `thinking_mode` as SGLang's `ThinkingMode` enum (0.5.13 and
+/// later) or as the plain string `"chat"` / `"thinking"` (0.5.6 - 0.5.12).
+/// Both change only error messages (`f"{thinking_mode}"`), never a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flavor {
+    pub version: Dsv32Version,
+    pub mode_is_enum: bool,
+}
+
+impl Flavor {
+    /// SGLang 0.5.14 and later.
+    pub const CURRENT: Flavor = Flavor {
+        version: Dsv32Version::V0514,
+        mode_is_enum: true,
+    };
+
+    /// `f"{thinking_mode}"`.
+    fn mode_text(self, mode: ThinkingMode) -> String {
+        match (self.mode_is_enum, mode) {
+            (true, m) => m.to_string(),
+            (false, ThinkingMode::Chat) => "chat".into(),
+            (false, ThinkingMode::Thinking) => "thinking".into(),
+        }
+    }
+
+    /// `raise DS32EncodingError(message)`, or in 0.5.6 the failing
+    /// `assert condition, message`.
+    fn fail(self, message: impl fmt::Display) -> Dsv32Error {
+        match self.version {
+            Dsv32Version::V0506 => error("AssertionError", message),
+            Dsv32Version::V0507 | Dsv32Version::V0514 => encoding_error(message),
+        }
+    }
+}
+
 /// SGLang's `ThinkingMode(str, Enum)` (`serving_chat.py`), the value the
 /// call site passes as `thinking_mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +218,7 @@ impl fmt::Display for Dsv32Error {
 
 impl std::error::Error for Dsv32Error {}
 
-fn error(kind: &str, message: impl fmt::Display) -> Dsv32Error {
+pub(super) fn error(kind: &str, message: impl fmt::Display) -> Dsv32Error {
     Dsv32Error(format!("{kind}: {message}"))
 }
 
@@ -242,12 +315,12 @@ fn is_str(v: &Value, s: &str) -> bool {
 /// it holds a code point unassigned in Unicode 14.0, whose printability
 /// (and so whether `repr` escapes it) depends on the Python version
 /// (`py::Repr::Strict`).
-fn str_of(v: &Value) -> Result<Cow<'_, str>, Dsv32Error> {
+pub(super) fn str_of(v: &Value) -> Result<Cow<'_, str>, Dsv32Error> {
     py::str(v, Repr::Strict).map_err(|e| error("Unmodelled", e.to_string()))
 }
 
 /// `str(v or "")`, as in `content or ""`.
-fn str_or_empty(v: &Value) -> Result<Cow<'_, str>, Dsv32Error> {
+pub(super) fn str_or_empty(v: &Value) -> Result<Cow<'_, str>, Dsv32Error> {
     if py::truthy(v) {
         str_of(v)
     } else {
@@ -258,7 +331,7 @@ fn str_or_empty(v: &Value) -> Result<Cow<'_, str>, Dsv32Error> {
 /// `template.format(**fields)` for the module's templates, whose only
 /// braces are `{name}` fields: one pass over the template, so a value
 /// containing `{...}` is never substituted again.
-fn format(template: &str, fields: &[(&str, &str)]) -> String {
+pub(super) fn format(template: &str, fields: &[(&str, &str)]) -> String {
     let mut out =
         String::with_capacity(template.len() + fields.iter().map(|f| f.1.len()).sum::<usize>());
     let mut rest = template;
@@ -409,21 +482,44 @@ fn tool_calls_from_openai_format(tool_calls: &Value) -> Result<Vec<ToolCall<'_>>
 }
 
 /// `encode_arguments_to_dsml(tool_call)`.
-fn encode_arguments_to_dsml(tool_call: &ToolCall<'_>) -> Result<String, Dsv32Error> {
+fn encode_arguments_to_dsml(
+    version: Dsv32Version,
+    tool_call: &ToolCall<'_>,
+) -> Result<String, Dsv32Error> {
     let raw_arguments = tool_call.arguments;
     let parsed;
-    let arguments = match raw_arguments {
-        Value::String(s) => {
+    let arguments = match (version, raw_arguments) {
+        (_, Value::String(s)) => {
             parsed = json_loads(s)?;
             &parsed
         }
-        other => other,
+        // Before 0.5.14: `json.loads(tool_call["arguments"])` of a non-string.
+        (Dsv32Version::V0506 | Dsv32Version::V0507, other) => {
+            return Err(error(
+                "TypeError",
+                format!(
+                    "the JSON object must be str, bytes or bytearray, not {}",
+                    py::type_name(other)
+                ),
+            ))
+        }
+        (Dsv32Version::V0514, other) => other,
     };
     let Value::Object(arguments) = arguments else {
-        return Err(error(
-            "ValueError",
-            "Assistant tool call function.arguments must be a JSON object.",
-        ));
+        return Err(match version {
+            // `for k, v in arguments.items()`.
+            Dsv32Version::V0506 | Dsv32Version::V0507 => error(
+                "AttributeError",
+                format!(
+                    "'{}' object has no attribute 'items'",
+                    py::type_name(arguments)
+                ),
+            ),
+            Dsv32Version::V0514 => error(
+                "ValueError",
+                "Assistant tool call function.arguments must be a JSON object.",
+            ),
+        });
     };
 
     let p_dsml_strs: Vec<String> = arguments
@@ -515,16 +611,21 @@ impl Scans {
 /// itself ~135 lines; its `if role == ...` branches are the
 /// `render_*_message` functions below.
 fn render_message(
+    flavor: Flavor,
     index: usize,
     messages: &[Cow<'_, Value>],
     scans: &Scans,
     thinking_mode: ThinkingMode,
 ) -> Result<String, Dsv32Error> {
     if index >= messages.len() {
-        return Err(encoding_error(format!(
-            "Index {index} out of range for messages list of length {}",
-            messages.len()
-        )));
+        return Err(match flavor.version {
+            // `assert 0 <= index < len(messages)`: no message.
+            Dsv32Version::V0506 => error("AssertionError", ""),
+            Dsv32Version::V0507 | Dsv32Version::V0514 => encoding_error(format!(
+                "Index {index} out of range for messages list of length {}",
+                messages.len()
+            )),
+        });
     }
     // `thinking_mode not in ["chat", "thinking"]` cannot happen with the enum.
     let msg: &Value = &messages[index];
@@ -535,7 +636,6 @@ fn render_message(
     let tools = get(msg, "tools")?;
     let response_format = get(msg, "response_format")?;
     let tool_calls = get(msg, "tool_calls")?;
-    let reasoning_content = get(msg, "reasoning_content")?;
 
     // `if tools: tools = tools_from_openai_format(tools)`; the converted
     // list is as long as the (truthy) original, so `Some` means truthy.
@@ -554,6 +654,7 @@ fn render_message(
         render_system_message(content, tools.as_deref(), response_format)
     } else if is_str(role, "developer") {
         render_developer_message(
+            flavor,
             msg,
             content,
             tools.as_deref(),
@@ -564,6 +665,7 @@ fn render_message(
         render_user_message(content, opens_thinking)
     } else if is_str(role, "tool") {
         render_tool_message(
+            flavor,
             index,
             messages,
             scans,
@@ -573,11 +675,10 @@ fn render_message(
         )
     } else if is_str(role, "assistant") {
         render_assistant_message(
+            flavor,
             index,
             msg,
-            content,
             tool_calls.as_deref(),
-            reasoning_content,
             last_user_idx,
             thinking_mode,
         )
@@ -613,6 +714,7 @@ fn render_system_message(
 
 /// `render_message`, its `role == "developer"` branch.
 fn render_developer_message(
+    flavor: Flavor,
     msg: &Value,
     content: &Value,
     tools: Option<&[&Value]>,
@@ -620,7 +722,7 @@ fn render_developer_message(
     opens_thinking: bool,
 ) -> Result<String, Dsv32Error> {
     if !py::truthy(content) {
-        return Err(encoding_error(format!(
+        return Err(flavor.fail(format!(
             "Invalid message for role `developer`: {}",
             py::message_str(msg)
         )));
@@ -665,6 +767,7 @@ fn render_user_message(content: &Value, opens_thinking: bool) -> Result<String, 
 
 /// `render_message`, its `role == "tool"` branch.
 fn render_tool_message(
+    flavor: Flavor,
     index: usize,
     messages: &[Cow<'_, Value>],
     scans: &Scans,
@@ -695,7 +798,7 @@ fn render_tool_message(
     if !(index == 0
         || (prev_assistant_idx >= 0 && is_str(get(assistant_msg, "role")?, "assistant")))
     {
-        return Err(encoding_error(format!(
+        return Err(flavor.fail(format!(
             "Invalid messages at {index}:\n{}",
             py::message_str(assistant_msg)
         )));
@@ -704,7 +807,7 @@ fn render_tool_message(
     let tool_call_order = (idx - prev_assistant_idx) as usize;
     let assistant_tool_calls = get(assistant_msg, "tool_calls")?;
     if !(py::truthy(assistant_tool_calls) && len(assistant_tool_calls)? >= tool_call_order) {
-        return Err(encoding_error("No tool calls but found tool output"));
+        return Err(flavor.fail("No tool calls but found tool output"));
     }
 
     if tool_call_order == 1 {
@@ -729,14 +832,16 @@ fn render_tool_message(
 
 /// `render_message`, its `role == "assistant"` branch.
 fn render_assistant_message(
+    flavor: Flavor,
     index: usize,
     msg: &Value,
-    content: &Value,
     tool_calls: Option<&[ToolCall<'_>]>,
-    reasoning_content: &Value,
     last_user_idx: isize,
     thinking_mode: ThinkingMode,
 ) -> Result<String, Dsv32Error> {
+    // `render_message` read these before its branches (a dict: no error here).
+    let content = get(msg, "content")?;
+    let reasoning_content = get(msg, "reasoning_content")?;
     let mut thinking_part = String::new();
 
     let mut tool_calls_content = String::new();
@@ -745,7 +850,7 @@ fn render_assistant_message(
             .iter()
             .map(|tool_call| {
                 let name = str_of(tool_call.name)?;
-                let arguments = encode_arguments_to_dsml(tool_call)?;
+                let arguments = encode_arguments_to_dsml(flavor.version, tool_call)?;
                 Ok(format(
                     TOOL_CALL_TEMPLATE,
                     &[
@@ -770,8 +875,9 @@ fn render_assistant_message(
 
     if thinking_mode == ThinkingMode::Thinking && index as isize > last_user_idx {
         if !(py::truthy(reasoning_content) || tool_calls.is_some()) {
-            return Err(encoding_error(format!(
-                "ThinkingMode: {thinking_mode}, invalid message without reasoning_content/tool_calls `{}` after last user message",
+            return Err(flavor.fail(format!(
+                "ThinkingMode: {}, invalid message without reasoning_content/tool_calls `{}` after last user message",
+                flavor.mode_text(thinking_mode),
                 py::message_str(msg)
             )));
         }
@@ -836,8 +942,28 @@ pub fn encode_messages(
 }
 
 /// `encode_messages(messages, thinking_mode, context, drop_thinking,
-/// add_default_bos_token)`.
+/// add_default_bos_token)` of 0.5.14 and later.
 pub fn encode_messages_with(
+    messages: &[Value],
+    thinking_mode: ThinkingMode,
+    context: Option<&[Value]>,
+    drop_thinking: bool,
+    add_default_bos_token: bool,
+) -> Result<String, Dsv32Error> {
+    encode_messages_as(
+        Flavor::CURRENT,
+        messages,
+        thinking_mode,
+        context,
+        drop_thinking,
+        add_default_bos_token,
+    )
+}
+
+/// `encode_messages(messages, thinking_mode, context, drop_thinking,
+/// add_default_bos_token)` of the file `flavor` names, called as it says.
+pub fn encode_messages_as(
+    flavor: Flavor,
     messages: &[Value],
     thinking_mode: ThinkingMode,
     context: Option<&[Value]>,
@@ -859,7 +985,13 @@ pub fn encode_messages_with(
 
     let scans = Scans::new(&full_messages);
     for idx in 0..messages.len() {
-        prompt += &render_message(idx + context.len(), &full_messages, &scans, thinking_mode)?;
+        prompt += &render_message(
+            flavor,
+            idx + context.len(),
+            &full_messages,
+            &scans,
+            thinking_mode,
+        )?;
     }
 
     Ok(prompt)

@@ -472,14 +472,11 @@ impl Dsv4 {
             normalized.insert("reasoning_effort".into(), Value::String("high".into()));
         }
         let normalized = Value::Object(normalized);
-        if has_big_number(&normalized) {
-            // The wheel converts the dict to JSON values first and raises
-            // OverflowError (HTTP 500) on an int outside [-2^63, 2^64); parsed
-            // JSON cannot tell such an int from a float literal (which it takes).
-            return Err(Dsv4Error::Unsupported(
-                "a number outside [-2^63, 2^64): SGLang fails on such an integer".into(),
-            ));
-        }
+        // Numbers need no care here: SGLang's HTTP server reads the body with
+        // orjson (`ORJSONRequest`), which holds an integer beyond 64 bits as the
+        // float serde_json holds, so the wheel never meets an integer outside
+        // [-2^63, 2^64) (its OverflowError) and renders every number as these
+        // crates do (checked: `NUMBER_LITERALS` in gen_dsv4.py).
         let request: ChatCompletionRequest = serde_json::from_value(normalized)
             .map_err(|e| Dsv4Error::Rejected(format!("invalid request body: {e}")))?;
         let converted = request
@@ -658,20 +655,6 @@ fn budget_splits(tokenizer: &Tokenizer) -> bool {
             _ => false,
         }
     })
-}
-
-/// Whether `v` holds a float beyond the 64-bit integers: what an integer
-/// literal outside [-2^63, 2^64) parses to.
-fn has_big_number(v: &Value) -> bool {
-    match v {
-        Value::Number(n) => {
-            let ints = -9_223_372_036_854_775_808.0..18_446_744_073_709_551_616.0;
-            n.is_f64() && n.as_f64().is_some_and(|f| !ints.contains(&f))
-        }
-        Value::Array(a) => a.iter().any(has_big_number),
-        Value::Object(o) => o.values().any(has_big_number),
-        _ => false,
-    }
 }
 
 /// `_null_content_as_empty`.

@@ -226,9 +226,14 @@ fn the_wire_request_is_sglangs() {
         let (Some(body), Some(wire)) = (case.get("body"), case.get("wire")) else {
             continue;
         };
+        if case["guard_overcounts"].is_string() {
+            // A body the proxy reads otherwise than orjson (see the generator).
+            continue;
+        }
         checked += 1;
+        let body = body_of(body);
         let want = read_by_the_adapter(wire);
-        match crate::count::wire::dump(body) {
+        match crate::count::wire::dump(&body) {
             // As text: `Value`'s equality ignores key order.
             Ok(got) if serde_json::to_string(&got).ok() == serde_json::to_string(&want).ok() => {}
             got => failures.push(format!(
@@ -245,6 +250,15 @@ fn the_wire_request_is_sglangs() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// A case's request body: the object, or the JSON text a client sent (the
+/// number probes), read as the proxy reads a body.
+fn body_of(body: &Value) -> Value {
+    match body {
+        Value::String(text) => serde_json::from_str(text).expect("a JSON body"),
+        other => other.clone(),
+    }
 }
 
 /// A model directory of the fixture's files and a DeepSeek-V4 `config.json`.
@@ -326,7 +340,7 @@ fn the_counter_counts_what_sglang_encodes() {
         let Some(body) = case.get("body") else {
             continue;
         };
-        let unit = Unit::Chat(Arc::new(body.clone()));
+        let unit = Unit::Chat(Arc::new(body_of(body)));
         let got = counter.count(&unit, Clock::default());
         let want = case["ids"].as_array().map(Vec::len);
         match (got, want) {
@@ -347,6 +361,7 @@ fn the_counter_counts_what_sglang_encodes() {
             }
             (Err(_), None) => {}
             (Err(_), Some(_)) if case["guard_refuses"].is_string() => {}
+            (Ok(n), Some(w)) if n > w && case["guard_overcounts"].is_string() => {}
             (got, want) => failures.push(format!("{name}: guard {got:?}, SGLang {want:?}")),
         }
     }

@@ -26,8 +26,14 @@ use super::serving::{
 };
 use super::template::{detect_content_format_as, ChatTemplate, ContentFormat};
 
+#[cfg(test)]
+mod compact_expected;
+pub mod deepseek_releases;
 pub mod dsv32;
+pub mod dsv32_serving;
 pub mod dsv4;
+pub mod dsv41_sglang;
+pub mod dsv4_sglang;
 pub mod glm53;
 pub mod harmony;
 

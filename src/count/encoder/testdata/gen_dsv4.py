@@ -27,6 +27,8 @@ import os
 import sys
 from types import SimpleNamespace as NS
 
+import orjson
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRATE = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
 SHARED = os.environ.get("PREFILL_GUARD_SHARED", os.path.join(CRATE, "..", "shared"))
@@ -125,6 +127,12 @@ def serving(spec, env_effort=None, dctk=None):
     return s
 
 
+def http_body(body):
+    """`body` as SGLang's `ORJSONRequest.json()` reads it: a JSON text (a dict is
+    first written as a client would, `json.dumps`) parsed by orjson."""
+    return orjson.loads(body if isinstance(body, str) else json.dumps(body))
+
+
 def run(spec, body, env_effort=None, dctk=None):
     """SGLang's answer to `body`: {"load_error"} when the server does not start,
     {"pre_error"} when it refuses before the adapter, else the adapter record."""
@@ -133,7 +141,7 @@ def run(spec, body, env_effort=None, dctk=None):
         return {"load_error": s}
     RECORD.clear()
     try:
-        req = ChatCompletionRequest.model_validate(copy.deepcopy(body))
+        req = ChatCompletionRequest.model_validate(http_body(body))
     except Exception as e:
         return {"pre_error": f"{type(e).__name__}: {str(e)[:300]}"}
     err = s._validate_request(req)
@@ -481,13 +489,52 @@ BASE = [
                              "tool_choice": {"type": "function", "function": {"name": "get_weather", "x": 1}}}),
 ]
 
-# Refused with a message the guard cannot spell: parsed JSON holds
-# 100000000000000000000 as the float 1e20, which Python would print as 1e+20.
-LOOSE_MESSAGE = {"ctk_effort_bigint"}
+# The numbers Python and orjson read or print in their own ways, in tool
+# schemas (enum, default, minimum) and in tool-call arguments given as an object
+# (`json.dumps`-ed by `pre_normalize`, then read by recipe) and as a string (read
+# by recipe as it is). Each literal is written into the JSON text of the body.
+NUMBER_LITERALS = [
+    ("2p63", "9223372036854775808"), ("2p63_1", "9223372036854775809"), ("2p64_m1", "18446744073709551615"),
+    ("2p64", "18446744073709551616"), ("m2p63_m1", "-9223372036854775809"), ("i30", "123456789012345678901234567890"),
+    ("e300", "1e+300"), ("e308", "1e308"), ("neg_zero", "-0.0"), ("neg_zero_int", "-0"), ("small", "1.5e-300"),
+    ("digits", "0.1000000000000000055511151231257827"), ("pi30", "3.141592653589793238462643383279"),
+    ("max", "1.7976931348623157e308"), ("denormal", "5e-324"), ("min_normal", "2.2250738585072011e-308"),
+    ("2p53_1", "9007199254740993"), ("e22", "1e22"), ("e21", "1e21"), ("e16", "1e16"),
+    ("frac_exp", "123456789.123456789e-5"), ("neg_small", "-4.9e-324"), ("int_exp", "12E2"),
+]
 
-# Served by SGLang, refused by the guard: the float 1e20 parses like the int
-# 100000000000000000000, on which the wheel raises OverflowError.
-GUARD_REFUSES = {"tools_floats": "a float beyond the 64-bit integers"}
+
+def number_bodies():
+    for key, v in NUMBER_LITERALS:
+        schema = ('{"type":"object","properties":{"a":{"type":"integer","enum":[%s,1],"default":%s,"minimum":%s}}}'
+                  % (v, v, v))
+        yield f"numbers/schema_{key}", (
+            '{"model":"m","messages":[{"role":"user","content":"x"}],'
+            '"tools":[{"type":"function","function":{"name":"f","parameters":%s}}]}' % schema)
+        history = ('{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,'
+                   '"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":%s}}]},'
+                   '{"role":"tool","tool_call_id":"c","content":"r"},{"role":"user","content":"y"}]}')
+        yield f"numbers/args_object_{key}", history % ('{"a":%s,"b":[%s,{"c":%s}]}' % (v, v, v))
+        yield f"numbers/args_string_{key}", history % json.dumps('{"a": %s, "b": [%s, {"c": %s}]}' % (v, v, v))
+
+
+NUMBERS = list(number_bodies())
+
+# Refused with a message the guard cannot spell (none at present: the body's
+# 100000000000000000000 is the float 1e20 to orjson as to serde_json, printed 1e+20).
+LOOSE_MESSAGE = set()
+
+# Served by SGLang, refused by the guard on purpose (none at present).
+GUARD_REFUSES = {}
+
+# Counted longer by the guard, knowingly: orjson reads the literal -0 as the
+# integer 0 (printed "0"), serde_json as the float -0.0 (printed "-0.0"), and a
+# parsed body cannot tell that -0.0 from the literal -0.0. Inside an arguments
+# string recipe reads both sides alike.
+GUARD_OVERCOUNTS = {
+    "numbers/schema_neg_zero_int": "the body's -0 is the int 0 to orjson, the float -0.0 to serde_json",
+    "numbers/args_object_neg_zero_int": "the body's -0 is the int 0 to orjson, the float -0.0 to serde_json",
+}
 
 SERVER = [
     # (name suffix, env effort, default chat template kwargs, spec filter)
@@ -512,10 +559,10 @@ def main():
     cases = []
     for spec in ("dsv4", "dsv41"):
         for suffix, env_effort, dctk in SERVER:
-            for name, body in BASE:
+            for name, body in BASE + (NUMBERS if not suffix else []):
                 if suffix and name not in SERVER_CASES:
                     continue
-                full = {"model": "m", **body}
+                full = body if isinstance(body, str) else {"model": "m", **body}
                 out = run(spec, full, env_effort, dctk)
                 case = {"name": f"{spec}/{name}{suffix}", "spec": spec, "env_effort": env_effort,
                         "default_ctk_effort": (dctk or {}).get("reasoning_effort"),
@@ -531,6 +578,8 @@ def main():
                 case["body"] = full
                 if name in GUARD_REFUSES:
                     case["guard_refuses"] = GUARD_REFUSES[name]
+                if name in GUARD_OVERCOUNTS:
+                    case["guard_overcounts"] = GUARD_OVERCOUNTS[name]
                 if name in LOOSE_MESSAGE:
                     case["message_loose"] = True
                 cases.append(case)
