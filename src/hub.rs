@@ -20,6 +20,8 @@ const OPTIONAL: &[&str] = &[
     "chat_template.json",
     "special_tokens_map.json",
     "config.json",
+    // DeepSeek-V4 on SGLang 0.5.18-0.5.22: the effort profile is read from it.
+    "encoding/encoding_dsv4.py",
 ];
 
 #[derive(Debug, Clone)]

@@ -669,25 +669,44 @@ async fn before_0_5_13_chat_input_ids_are_ignored_and_the_guard_counts_the_messa
     }
 }
 
-/// From 0.5.13 the same request is a three-token prompt, on the pair and
-/// in the guard's count: the guard follows the version it reads.
+/// From 0.5.13 the same request is a three-token prompt on a worker that
+/// gets the ids; but sglang-router drops `input_ids` when it forwards a chat
+/// in PD mode, and the worker then renders the messages. The guard cannot
+/// see which, so it counts the larger: the long messages are refused in
+/// front of 0.5.19 too, while the pair itself takes the ids.
 #[tokio::test]
-async fn from_0_5_13_chat_input_ids_are_the_prompt_and_the_guard_admits_them() {
+async fn from_0_5_13_chat_input_ids_are_the_prompt_but_the_guard_counts_the_messages_too() {
     let s = stack_at(Mode::Vulnerable, Some("0.5.19")).await;
     assert_eq!(announced_version(&s).await, "0.5.19");
     let prefill = format!("http://{}", s.sim.prefill);
     let guard = serve_guard(s.model.path(), &s.router, &["--prefill-url", &prefill]).await;
-    for base in [&s.router, &guard.base] {
-        let a = body("", &text_of("SECRET-A-8", 40), false);
-        let (status, raw) = s.post(base, "/v1/chat/completions", &a).await;
-        assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
-        let bypass = chat_with_ids("SECRET-B-4", LIMIT + 40, &[1, 2, 3], false);
-        let (status, raw) = s.post(base, "/v1/chat/completions", &bypass).await;
-        assert_eq!(status, 200, "{raw}");
-        let v: Value = serde_json::from_str(&raw).unwrap();
-        assert_eq!(v["usage"]["prompt_tokens"], 3, "{raw}");
-        assert_eq!(answer(&raw), "\u{1}\u{2}\u{3}", "the ids are the prompt");
-    }
+    let bypass = chat_with_ids("SECRET-B-4", LIMIT + 40, &[1, 2, 3], false);
+    // Straight to the pair (whose dispatcher keeps the ids): three tokens.
+    let (status, raw) = s.post(&s.router, "/v1/chat/completions", &bypass).await;
+    assert_eq!(status, 200, "{raw}");
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], 3, "{raw}");
+    assert_eq!(answer(&raw), "\u{1}\u{2}\u{3}", "the ids are the prompt");
+    // Through the guard: the messages alone are over the limit.
+    let a = body("", &text_of("SECRET-A-8", 40), false);
+    let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &a).await;
+    assert_eq!((status, markers(&answer(&raw))), (200, vec!['A']), "{raw}");
+    let before = s.sim.requests_received();
+    let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &bypass).await;
+    assert_eq!(status, 400, "{raw}");
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{raw}");
+    assert_eq!(
+        s.sim.requests_received(),
+        before,
+        "nothing reached the workers"
+    );
+    // Short messages with the ids are admitted and the ids are the prompt.
+    let short = chat_with_ids("SECRET-B-6", 4, &[1, 2, 3], false);
+    let (status, raw) = s.post(&guard.base, "/v1/chat/completions", &short).await;
+    assert_eq!(status, 200, "{raw}");
+    let v: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], 3, "{raw}");
     drop(guard);
     s.sim.stop().await;
 }

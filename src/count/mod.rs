@@ -608,7 +608,7 @@ impl ModelCounter {
     /// A chat unit on several builds: the preprocessing runs once for every
     /// build whose chat rules agree on the rules it consulted, and a prompt
     /// is counted once per encoder and tokenizer.
-    fn count_chat(&self, body: &Value, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
+    fn count_chat(&self, body: &Arc<Value>, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
         let mut prepared: Vec<(PrepKey, Consulted, Result<Arc<Prepared>, CountError>)> = Vec::new();
         let mut counted_with: Vec<(u64, u64, usize)> = Vec::new();
         let mut best = Largest::default();
@@ -657,7 +657,7 @@ impl ModelCounter {
     /// template from the CLI; the server never prints or logs prompts.
     pub fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
         let oldest = self.builds.last().expect("at least one build");
-        oldest.render_chat(body, clock)
+        oldest.render_chat(&Arc::new(body.clone()), clock)
     }
 
     /// The tokenizer of the newest release the server may run.
@@ -675,6 +675,8 @@ struct PrepKey {
     style: preprocess::MessageStyle,
     wire: bool,
     low_effort_template: bool,
+    /// The encoder reads the body itself ([`ChatInputs::body`]).
+    keeps_body: bool,
 }
 
 /// The largest count among builds, and the first refusal in case none counts.
@@ -817,7 +819,10 @@ impl Build {
     fn same_prompt(&self, a: &Prepared, b: &Prepared) -> bool {
         let source = match &self.encoder {
             Encoder::Jinja(j) => j.template.as_ref().ok().map(|(s, _)| s.clone()),
-            Encoder::Glm53 { .. } | Encoder::Dsv32 | Encoder::Dsv4 { .. } => None,
+            Encoder::Glm53 { .. }
+            | Encoder::Dsv32
+            | Encoder::Dsv4 { .. }
+            | Encoder::DeepseekRelease(_) => None,
         };
         let visible = |k: &str| {
             source.as_deref().is_none_or(|s| s.contains(k))
@@ -841,6 +846,7 @@ impl Build {
             && a.media_tokens == b.media_tokens
             && a.reasoning_effort == b.reasoning_effort
             && a.wire == b.wire
+            && a.body.as_ref().map(Arc::as_ptr) == b.body.as_ref().map(Arc::as_ptr)
     }
 
     /// Whether this build counts `unit` with its tokenizer alone (not its
@@ -869,6 +875,7 @@ impl Build {
                 _ => preprocess::MessageStyle::Template,
             },
             wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
+            body_encoder: matches!(self.encoder, Encoder::DeepseekRelease(_)),
             low_effort_template: self.encoder.jinja().is_some_and(|j| {
                 j.template.as_ref().is_ok_and(|(source, _)| {
                     source.contains("low_effort") && source.contains("truncate_history_thinking")
@@ -976,7 +983,7 @@ impl Build {
     /// encoder (without a `continue_final_message` prefix). For operators
     /// debugging a template from the CLI; the server never prints or logs
     /// prompts.
-    fn render_chat(&self, body: &Value, clock: Clock) -> Result<String, CountError> {
+    fn render_chat(&self, body: &Arc<Value>, clock: Clock) -> Result<String, CountError> {
         let inputs = self.prepare_chat(body, &Consulted::new(self.rules))?;
         if inputs.given_ids.is_some() {
             // Which prompt the worker builds depends on what is in between.
@@ -1029,15 +1036,20 @@ impl Build {
 
     /// `_apply_jinja_template` → `_render_and_encode_chat_template` →
     /// `_append_assistant_prefix_to_prompt_ids`.
-    fn count_chat(&self, body: &Value, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
+    fn count_chat(&self, body: &Arc<Value>, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
         let prepared = self.prepare_chat(body, &Consulted::new(self.rules))?;
         self.count_prepared(&prepared, clock, ctx)
     }
 
     /// SGLang's chat preprocessing of `body` under this build's rules
     /// (read through `rules`, which records the ones consulted).
-    fn prepare_chat(&self, body: &Value, rules: &Consulted) -> Result<Prepared, CountError> {
-        preprocess::prepare_with(body, self.content_format(), &self.chat_options(), rules)
+    fn prepare_chat(&self, body: &Arc<Value>, rules: &Consulted) -> Result<Prepared, CountError> {
+        let mut inputs =
+            preprocess::prepare_with(body, self.content_format(), &self.chat_options(), rules)?;
+        if let Encoder::DeepseekRelease(_) = self.encoder {
+            inputs.body = Some(body.clone());
+        }
+        Ok(inputs)
     }
 
     /// What [`Self::prepare_chat`] depends on besides the body and the rules.
@@ -1048,6 +1060,7 @@ impl Build {
             style: options.style,
             wire: options.wire,
             low_effort_template: options.low_effort_template,
+            keeps_body: matches!(self.encoder, Encoder::DeepseekRelease(_)),
         }
     }
 
@@ -1091,6 +1104,23 @@ impl Build {
             let prompt = self.dsv4_prompt(inputs)?;
             return self.count_pieces(ctx, &prompt, plain);
         }
+        if let Encoder::DeepseekRelease(d) = &self.encoder {
+            // `tokenizer.encode(text)` (its BOS after the encoder's), then the
+            // `continue_final_message` prefix without a leading BOS; with
+            // several possible effort profiles, the longest.
+            let mut n = 0;
+            for (text, prefix) in self.deepseek_release_prompts(d, inputs)? {
+                let mut m = self.measure(ctx, &text, true)?;
+                if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
+                    m = m.saturating_add(self.measure_prefix(ctx, &prefix)?);
+                }
+                n = n.max(m);
+                if ctx.stopped.get() {
+                    break;
+                }
+            }
+            return Ok(n);
+        }
         let prompt = self.chat_prompt(inputs, clock)?;
         let mut n = self.measure(ctx, &prompt.text, prompt.add_special_tokens)?;
         drop(prompt);
@@ -1130,6 +1160,13 @@ impl Build {
             Encoder::Dsv4 { .. } => Err(CountError::Unsupported(
                 "the DeepSeek-V4 prompt is counted as pieces, not text".into(),
             )),
+            Encoder::DeepseekRelease(d) => {
+                let prompt = self.deepseek_release_prompts(d, inputs)?.swap_remove(0);
+                Ok(ChatPrompt {
+                    text: prompt.0,
+                    add_special_tokens: true,
+                })
+            }
         }
     }
 
@@ -1162,6 +1199,102 @@ impl Build {
             ));
         }
         Ok(prompt)
+    }
+
+    /// The prompt text and `continue_final_message` prefix a DeepSeek
+    /// encoder builds on a release before 0.5.23, from the request body
+    /// (each release's glue dumps the messages itself): one per effort
+    /// profile the server may use.
+    fn deepseek_release_prompts(
+        &self,
+        d: &encoder::DeepseekRelease,
+        inputs: &ChatInputs,
+    ) -> Result<Vec<(String, Option<String>)>, CountError> {
+        use encoder::deepseek_releases::DeepseekEncoder;
+        use encoder::{dsv32_serving, dsv41_sglang, dsv4_sglang};
+        let body = inputs
+            .body
+            .as_ref()
+            .ok_or_else(|| CountError::Unsupported("no request body was kept".into()))?;
+        let raw_messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+        let raw_tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .filter(|t| !t.is_empty());
+        let messages = dsv32_serving::message_dumps(d.version, raw_messages).map_err(dsv_error)?;
+        let tools = raw_tools.map(|t| dsv32_serving::tool_dumps(d.version, t));
+        let thinking = inputs.extra.get("thinking");
+        let default_thinking = self.server.env.default_thinking;
+        let continue_final_message = body
+            .get("continue_final_message")
+            .and_then(py::lax_bool)
+            .unwrap_or(false);
+        let tools_reach_template = inputs.tools.is_some();
+        let task = body.get("task").and_then(Value::as_str);
+        let prompts = match d.encoder {
+            DeepseekEncoder::Dsv32(serving) => {
+                let request = dsv32_serving::Dsv32Request {
+                    messages: &messages,
+                    tools: tools.as_deref(),
+                    tools_reach_template,
+                    thinking,
+                    default_thinking,
+                    continue_final_message,
+                };
+                let p = dsv32_serving::encode(serving, &request).map_err(dsv_error)?;
+                vec![(p.text, p.assistant_prefix)]
+            }
+            DeepseekEncoder::Dsv4(serving) => {
+                let profiles = if d.profiles.is_empty() {
+                    vec![dsv4_sglang::EffortProfile::Preview]
+                } else {
+                    d.profiles.clone()
+                };
+                let mut out = Vec::with_capacity(profiles.len());
+                for profile in profiles {
+                    let request = dsv4_sglang::Dsv4Request {
+                        messages: &messages,
+                        tools: tools.as_deref(),
+                        tools_reach_template,
+                        thinking,
+                        default_thinking,
+                        continue_final_message,
+                        reasoning_effort: inputs.reasoning_effort.as_ref(),
+                        env_effort: self.server.env.dsv4_reasoning_effort.as_deref(),
+                        task,
+                        profile,
+                    };
+                    let p = dsv4_sglang::encode(serving, &request).map_err(dsv_error)?;
+                    out.push((p.text, p.assistant_prefix));
+                }
+                out
+            }
+            DeepseekEncoder::Dsv41(serving) => {
+                let default_effort = d.dsv41_default_effort.as_ref().ok_or_else(|| {
+                    CountError::Unsupported("no DeepSeek-V4.1 default effort".into())
+                })?;
+                let request = dsv41_sglang::Dsv41Request {
+                    messages: &messages,
+                    tools: raw_tools.map(Vec::as_slice),
+                    tools_reach_template,
+                    thinking,
+                    default_thinking,
+                    continue_final_message,
+                    reasoning_effort: inputs.reasoning_effort.as_ref(),
+                    default_effort,
+                    task,
+                    multimodal: self.server.multimodal,
+                };
+                let p = dsv41_sglang::encode(serving, &request).map_err(dsv_error)?;
+                vec![(p.text, p.assistant_prefix)]
+            }
+            DeepseekEncoder::Recipe(_) => {
+                return Err(CountError::Unsupported(
+                    "deepseek-recipe runs from 0.5.23 on, through the dsv4 encoder".into(),
+                ))
+            }
+        };
+        Ok(prompts)
     }
 
     /// `_thinking_requested`: the `thinking` kwarg (server defaults merged
@@ -1344,6 +1477,19 @@ fn glm53_error(e: glm53::Glm53Error) -> CountError {
         glm53::Glm53Error::Unmodelled(why) => CountError::Unsupported(format!(
             "the GLM-5.3 template would render this request in a way the guard does not reproduce: {why}"
         )),
+    }
+}
+
+/// A release's DeepSeek glue raising is SGLang refusing the request; a path
+/// the port does not reproduce is the guard's refusal.
+fn dsv_error(e: encoder::dsv32::Dsv32Error) -> CountError {
+    if e.kind() == "Unmodelled" {
+        CountError::Unsupported(format!(
+            "the DeepSeek encoder of this SGLang release would build this prompt in a way the guard \
+             does not reproduce: {e}"
+        ))
+    } else {
+        CountError::Template(e.to_string())
     }
 }
 

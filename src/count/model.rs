@@ -49,6 +49,9 @@ pub struct ModelFiles {
     /// against the model path, which a server that does not say (a static
     /// configuration) most likely shares with the directory it was copied to.
     pub(super) source: Option<String>,
+    /// `config.json`'s `dsv4_reasoning_effort_profile` (DeepSeek-V4 on
+    /// 0.5.18-0.5.22).
+    pub(super) dsv4_effort_profile: Option<Value>,
 }
 
 impl std::fmt::Debug for ModelFiles {
@@ -79,7 +82,13 @@ impl ModelFiles {
             Some(v) => v["chat_template"].as_str().map(str::to_owned),
             None => None,
         };
-        let arch = read_json(&dir.join("config.json"))?.map(|c| Arch::from_config(&c));
+        let model_config = read_json(&dir.join("config.json"))?;
+        let arch = model_config.as_ref().map(Arch::from_config);
+        let dsv4_effort_profile = model_config
+            .as_ref()
+            .and_then(|c| c.get("dsv4_reasoning_effort_profile"))
+            .filter(|v| !v.is_null())
+            .cloned();
         let additional_templates = std::fs::read_dir(dir.join(ADDITIONAL_CHAT_TEMPLATES))
             .map(|entries| {
                 entries
@@ -96,6 +105,7 @@ impl ModelFiles {
             arch,
             additional_templates,
             source: Some(dir.display().to_string()),
+            dsv4_effort_profile,
         })
     }
 

@@ -78,6 +78,10 @@ pub struct Options {
     /// The template mentions `low_effort` and `truncate_history_thinking`
     /// (SGLang's Nemotron-3-Super reasoning rule; see [`ChatInputs::low_effort_unsure`]).
     pub low_effort_template: bool,
+    /// The model's encoder rebuilds the messages from the body itself (the
+    /// DeepSeek encoders before 0.5.23): the Jinja branch's tool-call
+    /// argument decoding, and its failures, are not SGLang's there.
+    pub body_encoder: bool,
     /// `--tool-call-parser deepseekv3` (see [`super::release::ChatRules::deepseek_v3_tool_prompt`]).
     pub deepseek_v3_parser: bool,
     /// Also dump the request as recipe receives it ([`ChatInputs::wire`]).
@@ -153,6 +157,9 @@ pub struct ChatInputs {
     /// prompt when the worker gets them, the rendered messages when a router
     /// drops them; the larger of the two is the count.
     pub given_ids: Option<usize>,
+    /// The request body, for the encoders that dump its messages themselves
+    /// (the DeepSeek encoders of releases before 0.5.23; set by the counter).
+    pub body: Option<Arc<Value>>,
     /// The final assistant text under `continue_final_message`.
     pub assistant_prefix: Option<String>,
     /// The configured upper bounds of the admitted media parts, summed: added
@@ -1346,11 +1353,12 @@ fn apply_jinja_template(
         if split {
             processed.extend(one_message_per_text_part(m, rules)?);
         } else {
+            let strict_arguments = !(opts.wire || opts.body_encoder);
             processed.push(process_message(
                 m,
                 stage.format,
                 opts.style,
-                !opts.wire,
+                strict_arguments,
                 rules,
             )?);
         }
@@ -1417,6 +1425,7 @@ fn apply_jinja_template(
         encoders_get_all_tools,
         extra,
         low_effort_unsure,
+        body: None,
         assistant_prefix,
         given_ids: None,
         media_tokens: stage.media_tokens,
@@ -1828,10 +1837,15 @@ fn dump_tool_call(
             ToolCallArguments::DecodedIfJson => {
                 py::json_loads(a).unwrap_or_else(|_| Value::String(a.to_owned()))
             }
-            ToolCallArguments::AssistantDecoded if role == "assistant" => py::json_loads(a)
-                .map_err(|_| {
-                    invalid("Assistant tool call function.arguments must be valid JSON.")
-                })?,
+            ToolCallArguments::AssistantDecoded if role == "assistant" => match py::json_loads(a) {
+                Ok(v) => v,
+                Err(_) if strict_arguments => {
+                    return Err(invalid(
+                        "Assistant tool call function.arguments must be valid JSON.",
+                    ))
+                }
+                Err(_) => Value::String(a.to_owned()),
+            },
             // `normalize_assistant_tool_call_arguments`, assistant only.
             ToolCallArguments::AssistantObject if role == "assistant" => {
                 match parse_tool_call_arguments(a) {

@@ -57,6 +57,7 @@ pub enum Release {
     V0511,
     V0512,
     V0513,
+    V0514,
     V0515,
     V0516,
     V0517,
@@ -85,7 +86,7 @@ impl std::fmt::Display for Version {
 }
 
 /// The first release of each family, in order.
-const STARTS: [(Version, Release); 40] = [
+const STARTS: [(Version, Release); 41] = [
     (Version(0, 4, 5, 0), V0405),
     (Version(0, 4, 5, 1), V0405post1),
     (Version(0, 4, 5, 3), V0405post3),
@@ -118,6 +119,7 @@ const STARTS: [(Version, Release); 40] = [
     (Version(0, 5, 11, 0), V0511),
     (Version(0, 5, 12, 0), V0512),
     (Version(0, 5, 13, 0), V0513),
+    (Version(0, 5, 14, 0), V0514),
     (Version(0, 5, 15, 0), V0515),
     (Version(0, 5, 16, 0), V0516),
     (Version(0, 5, 17, 0), V0517),
@@ -130,8 +132,8 @@ const STARTS: [(Version, Release); 40] = [
 
 impl Release {
     /// Every family, oldest first.
-    pub const ALL: [Release; 40] = {
-        let mut all = [V0405; 40];
+    pub const ALL: [Release; 41] = {
+        let mut all = [V0405; 41];
         let mut i = 0;
         while i < STARTS.len() {
             all[i] = STARTS[i].1;
@@ -270,7 +272,7 @@ impl Release {
             r if r < V0409post3 => ToolCallArguments::KeptAsText,
             r if r < V0410 => ToolCallArguments::DecodedIfJson,
             r if r < V0501post3 => ToolCallArguments::KeptAsText,
-            r if r < V0513 => ToolCallArguments::AssistantDecoded,
+            r if r < V0514 => ToolCallArguments::AssistantDecoded,
             _ => ToolCallArguments::AssistantObject,
         }
     }

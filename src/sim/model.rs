@@ -65,7 +65,9 @@ impl SimModel {
     /// The prompt ids of every sequence the request makes, as SGLang's
     /// tokenizer manager builds them. The length of each is exactly what the
     /// guard counts for that unit (the guard's counter decides it), so the
-    /// simulator and the guard can never disagree about `L`.
+    /// simulator and the guard can never disagree about `L`; except a chat's
+    /// own `input_ids`, which the worker takes as they are while the guard
+    /// counts the larger of them and the messages.
     pub fn prompts(&self, route: Route, body: Arc<Value>) -> Result<Vec<Vec<u32>>, String> {
         let request = inspect::extract(route, body.clone()).map_err(|r| r.message(Some(route)))?;
         let given = given_ids(route, &body, self.release.chat_input_ids());
@@ -77,9 +79,14 @@ impl SimModel {
                     .cloned()
                     .ok_or("token ids the simulator could not read")?,
                 Unit::Text(text) => self.encode(text, true)?,
-                // 0.5.13 and later: the chat's own `input_ids` are the prompt.
-                // Before, the field does not exist and the messages are rendered.
-                Unit::Chat(_) if !given.is_empty() => given[0].clone(),
+                // 0.5.13 and later: the chat's own `input_ids` are the prompt
+                // (the guard, which cannot tell whether a router dropped them,
+                // also counts the messages). Before, the field does not exist
+                // and the messages are rendered.
+                Unit::Chat(_) if !given.is_empty() => {
+                    out.push(given[0].clone());
+                    continue;
+                }
                 Unit::Chat(chat) => {
                     let rendered = self
                         .counter

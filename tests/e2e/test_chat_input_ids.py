@@ -11,8 +11,9 @@ pages; with it they are refused before a byte reaches the workers.
 
 The router itself (sglang-router 0.3.2) drops a chat's `input_ids` when it
 re-serialises the request, so behind it even a 0.5.13+ worker renders the
-messages. A guard that counts the ids for such a worker forwards the chat,
-and it leaks: the last test pins that bypass (a strict xfail until fixed).
+messages. A guard that counted the ids for such a worker would forward the
+chat, and it would leak: the guard counts the larger of the ids and the
+messages, and the last test shows none leaks in front of 0.5.19 either.
 """
 
 from __future__ import annotations
@@ -151,12 +152,6 @@ def test_with_the_guard_tiny_input_ids_are_refused(pre_0_5_13, summary):
     assert "SECRET-" not in log and "lorem" not in log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="KNOWN BYPASS: sglang-router 0.3.2 drops a chat's input_ids (with every unknown top-level key) "
-    "when it re-serialises the request, so a 0.5.19 worker renders the messages; the guard, reading 0.5.19 "
-    "from the prefill worker, counts the ids and forwards the chat",
-)
 def test_behind_the_router_a_0_5_19_worker_never_sees_the_ids(vulnerable, summary):
     """The same bypass chats through the guard, in front of the router and the
     default vulnerable pair (SGLang 0.5.19, which reads a chat's input_ids).
@@ -164,7 +159,7 @@ def test_behind_the_router_a_0_5_19_worker_never_sees_the_ids(vulnerable, summar
     _sim, _router, guard = vulnerable
     outcomes = sequential(guard.url, prelude(seed=15, rounds=2))
     bypasses = [o for o in outcomes if o.req.tenant == ATTACKER]
-    summary["KNOWN BYPASS, with guard: chat input_ids on SGLang 0.5.19 behind sglang-router 0.3.2"] = {
+    summary["with guard: chat input_ids on SGLang 0.5.19 behind sglang-router 0.3.2 (which drops them)"] = {
         "bypass_chats": len(bypasses),
         "leaks": sum(bool(o.leaked) for o in bypasses),
         "refused": sum(o.refused_for_length for o in bypasses),

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use super::model::{CheckpointTemplates, ModelFiles};
-use super::release::Release;
+use super::release::{Release, Version};
 use super::serving::{
     conversation_template_for, show, Arch, ChatTemplateArg, ServerConfig, Unmodelled,
 };
@@ -69,6 +69,24 @@ pub enum Encoder {
         encoder: Arc<dsv4::Dsv4>,
         plain: Arc<PlainText>,
     },
+    /// A DeepSeek encoder as a release before 0.5.23 runs it: SGLang's own
+    /// `encoding_dsv32` / `encoding_dsv4` / `encoding_dsv41` and the
+    /// release's glue around it ([`deepseek_releases`]), from the request body.
+    DeepseekRelease(DeepseekRelease),
+}
+
+/// [`Encoder::DeepseekRelease`]: which port, on which release, and the
+/// server facts it reads.
+#[derive(Debug, Clone)]
+pub struct DeepseekRelease {
+    pub encoder: deepseek_releases::DeepseekEncoder,
+    /// The release's `major.minor.patch` (post releases share their glue).
+    pub version: (u32, u32, u32),
+    /// DeepSeek-V4 0.5.18+: the effort profiles the server may use (one when
+    /// the checkpoint says which, both when the guard cannot see it).
+    pub profiles: Vec<dsv4_sglang::EffortProfile>,
+    /// DeepSeek-V4.1: `SGLANG_DSV41_REASONING_EFFORT` as SGLang reads it.
+    pub dsv41_default_effort: Option<dsv41_sglang::Effort>,
 }
 
 /// How recipe's plain text is counted: with the tokenizer stripped of its
@@ -128,7 +146,7 @@ impl Encoder {
     pub fn jinja(&self) -> Option<&Jinja> {
         match self {
             Encoder::Jinja(j) | Encoder::Glm53 { jinja: j, .. } => Some(j),
-            Encoder::Dsv32 | Encoder::Dsv4 { .. } => None,
+            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_) => None,
         }
     }
 
@@ -153,8 +171,18 @@ impl Encoder {
             (Encoder::Dsv4 { encoder, .. }, Encoder::Dsv4 { encoder: e2, .. }) => {
                 Arc::ptr_eq(encoder, e2)
             }
+            (Encoder::DeepseekRelease(a), Encoder::DeepseekRelease(b)) => {
+                a.encoder == b.encoder
+                    && a.version == b.version
+                    && a.profiles == b.profiles
+                    && a.dsv41_default_effort == b.dsv41_default_effort
+            }
             (
-                Encoder::Jinja(_) | Encoder::Glm53 { .. } | Encoder::Dsv32 | Encoder::Dsv4 { .. },
+                Encoder::Jinja(_)
+                | Encoder::Glm53 { .. }
+                | Encoder::Dsv32
+                | Encoder::Dsv4 { .. }
+                | Encoder::DeepseekRelease(_),
                 _,
             ) => false,
         }
@@ -167,6 +195,12 @@ impl Encoder {
             Encoder::Glm53 { variant, .. } => variant.name(),
             Encoder::Dsv32 => "dsv32",
             Encoder::Dsv4 { encoder, .. } => spec_name(encoder.spec()),
+            Encoder::DeepseekRelease(d) => match d.encoder {
+                deepseek_releases::DeepseekEncoder::Dsv32(_) => "dsv32",
+                deepseek_releases::DeepseekEncoder::Dsv4(_) => "dsv4",
+                deepseek_releases::DeepseekEncoder::Dsv41(_) => "dsv41",
+                deepseek_releases::DeepseekEncoder::Recipe(spec) => spec_name(spec),
+            },
         }
     }
 
@@ -178,14 +212,17 @@ impl Encoder {
         match self {
             Encoder::Jinja(_) => None,
             Encoder::Glm53 { .. } => Some(glm53::SUPPORTS_INLINE_SYSTEM),
-            Encoder::Dsv32 | Encoder::Dsv4 { .. } => Some(false),
+            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_) => Some(false),
         }
     }
 
     /// `chat_encoding.spec_owns_reasoning_history`: the encoder renders
     /// assistant `reasoning_content` itself.
     pub fn owns_reasoning_history(&self) -> bool {
-        matches!(self, Encoder::Dsv32 | Encoder::Dsv4 { .. })
+        matches!(
+            self,
+            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_)
+        )
     }
 }
 
@@ -411,16 +448,43 @@ fn build_chat_encoding_adapter(
     };
     let from_file = matches!(cfg.chat_template, Some(ChatTemplateArg::Jinja { .. }));
     let content_format = content_format_of(template_source, release, from_file);
-    match spec {
-        "dsv32" if release < Release::V0512 => Err(unmodelled(
-            setting,
-            &value,
-            format!(
-                "SGLang {} encodes this model with its own encoding_dsv32 path, which the guard does \
-                 not reproduce for that release",
-                release.range()
+    if release < Release::V0523 {
+        let Version(a, b, c, _) = release.first();
+        let version = (a, b, c);
+        let Some(encoder) = deepseek_releases::DeepseekEncoder::for_release(version, spec) else {
+            return Err(unmodelled(
+                setting,
+                &value,
+                format!(
+                    "SGLang {} encodes this model's chat with its `{spec}` encoder, which this build does not model",
+                    release.range()
+                ),
+            ));
+        };
+        let profiles = match encoder {
+            deepseek_releases::DeepseekEncoder::Dsv4(serving) if serving.has_profiles() => {
+                dsv4_profiles(files).map_err(|e| unmodelled(setting, &value, e))?
+            }
+            _ => Vec::new(),
+        };
+        let dsv41_default_effort = match encoder {
+            deepseek_releases::DeepseekEncoder::Dsv41(_) => Some(
+                dsv41_sglang::default_effort_from_env(cfg.env.dsv41_reasoning_effort.as_deref())
+                    .map_err(|e| unmodelled("SGLANG_DSV41_REASONING_EFFORT", &value, e))?,
             ),
-        )),
+            _ => None,
+        };
+        return Ok(Selected {
+            encoder: Encoder::DeepseekRelease(DeepseekRelease {
+                encoder,
+                version,
+                profiles,
+                dsv41_default_effort,
+            }),
+            content_format,
+        });
+    }
+    match spec {
         "dsv32" => Ok(Selected {
             encoder: Encoder::Dsv32,
             content_format,
@@ -463,6 +527,25 @@ fn build_chat_encoding_adapter(
     }
 }
 
+/// The DeepSeek-V4 effort profile (0.5.18-0.5.22) of the model:
+/// `chat_encoding.resolve_dsv4_reasoning_effort_profile` reads the config's
+/// `dsv4_reasoning_effort_profile`, else the checkpoint's
+/// `encoding/encoding_dsv4.py` (which the guard's copy of the model must
+/// have where the server's has it; `hub.rs` fetches it), else `preview`.
+fn dsv4_profiles(files: &ModelFiles) -> Result<Vec<dsv4_sglang::EffortProfile>, String> {
+    let encoder_file = files
+        .source
+        .as_deref()
+        .map(|dir| {
+            std::path::Path::new(dir)
+                .join("encoding")
+                .join("encoding_dsv4.py")
+        })
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    dsv4_sglang::EffortProfile::resolve(files.dsv4_effort_profile.as_ref(), encoder_file.as_deref())
+        .map(|p| vec![p])
+}
+
 fn spec_name(spec: dsv4::Spec) -> &'static str {
     match spec {
         dsv4::Spec::V4 => "dsv4",
@@ -470,44 +553,23 @@ fn spec_name(spec: dsv4::Spec) -> &'static str {
     }
 }
 
-/// `chat_encoding.resolve_chat_encoding_spec` (0.5.16; `_resolve_chat_encoding_spec`
-/// from 0.5.12, `_use_dpsk_v32_encoding` from 0.5.6), as `release` has it:
-/// each encoder from the release that brought it.
+/// `chat_encoding.resolve_chat_encoding_spec` as `release` has it
+/// ([`deepseek_releases::resolve_spec`], checked against nine releases' own
+/// choice).
 pub fn encoding_spec(
     tool_call_parser: Option<&str>,
     arch: &Arch,
     has_chat_template: bool,
     release: Release,
 ) -> Option<&'static str> {
-    use Release::{V0506, V0512, V0516, V0517, V0521};
-    if release >= V0512 {
-        match tool_call_parser {
-            Some("deepseekv41") if release >= V0521 => return Some("dsv41"),
-            Some("deepseekv4") => return Some("dsv4"),
-            Some("deepseekv32") => return Some("dsv32"),
-            Some("kimi_k3") if release >= V0517 => return Some("kimi_k3"),
-            _ => {}
-        }
-    }
-    let first = arch.first();
-    if release >= V0521
-        && (arch.model_type.as_deref() == Some("deepseek_v41") || first.contains("DeepseekV41"))
-    {
-        return Some("dsv41");
-    }
-    if release >= V0512 && first.contains("DeepseekV4") {
-        return Some("dsv4");
-    }
-    if release >= V0517 && first.contains("KimiK3") {
-        return Some("kimi_k3");
-    }
-    if release >= V0516 && first.contains("InklingForConditionalGeneration") {
-        return Some("inkling");
-    }
-    if release >= V0506 && first.contains("DeepseekV3") && !has_chat_template {
-        return Some("dsv32");
-    }
-    None
+    let Version(a, b, c, _) = release.first();
+    deepseek_releases::resolve_spec(
+        (a, b, c),
+        tool_call_parser,
+        arch.first(),
+        arch.model_type.as_deref(),
+        has_chat_template,
+    )
 }
 
 /// `python_chat_template.resolve_python_chat_template`: the GLM-5.3 Python

@@ -496,11 +496,11 @@ def templateless_tokenizer():
     return tok
 
 
-def run_conversion():
+def run_conversion(cases=None):
     out = []
     tok = templateless_tokenizer()
     stacks = {}
-    for name, api, body, settings in conversion_corpus():
+    for name, api, body, settings in (cases if cases is not None else conversion_corpus()):
         entry = {"name": name, "api": api, "body": body, "settings": []}
         for inline, fmt in settings:
             setting = {"inline_system": inline, "format": fmt}
@@ -552,8 +552,8 @@ def fixture_stack(fixture, flags=None):
     return Stack(tok, standin, standin["model_path"], flags=flags), None
 
 
-def run_counts():
-    requests = count_corpus()
+def run_counts(requests=None):
+    requests = requests if requests is not None else count_corpus()
     expected_fixtures = sorted(json.load(open(EXPECTED_COUNTS))["fixtures"])
     fixtures, skipped, details = {}, {}, {}
     for fx in sorted(os.listdir(os.path.join(SHARED, "tokenizers"))):
@@ -602,6 +602,87 @@ def run_counts():
     return {"fixtures": fixtures, "skipped": skipped, "details": details,
             "missing_vs_0523": sorted(set(expected_fixtures) - set(fixtures))}
 
+
+
+# --- probes: cases beyond the 0.5.23 corpus ---------------------------------------
+# Shapes the older handlers treat differently (found by reading them; see
+# /work/refdata/chat_api/SUMMARY.md): well-formed items as the older openai types
+# require them, list content (0.5.1-0.5.13 `_make_request` falls back to
+# "role: content" lines when the chat request does not validate), and the
+# Anthropic block orders and blank texts the older conversions treat otherwise.
+# Run like the corpus (conversion over the four settings, counts on every fixture)
+# and recorded under "probes".
+PROBE_SETTINGS = [(True, "string"), (False, "string"), (True, "openai"), (False, "openai")]
+_FN = {"type": "function", "name": "get_weather", "description": "Weather for a city",
+       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+_CALL = [{"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+          "arguments": "{\"city\": \"Paris\"}", "status": "completed"},
+         {"type": "function_call_output", "call_id": "call_1", "output": "{\"temp\": 21}"}]
+PROBES = [
+    ("parts_user_only", "responses", {"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Hello"}, {"type": "input_text", "text": "there"}]}]}),
+    ("parts_many", "responses", {"model": "m", "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": f"w{i}"} for i in range(200)]}]}),
+    ("parts_then_string_turns", "responses", {"model": "m", "instructions": "Be brief.", "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Q1"}]},
+        {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]}),
+    ("message_type_string", "responses", {"model": "m", "input": [{"type": "message", "role": "user", "content": "Hi"}]}),
+    ("string_multi_turn", "responses", {"model": "m", "input": [
+        {"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}]}),
+    ("assistant_output_full", "responses", {"model": "m", "input": [
+        {"role": "user", "content": "Q"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "A1", "annotations": []}]},
+        {"role": "user", "content": "Q2"}]}),
+    ("function_call_full", "responses", {"model": "m", "input": [
+        {"role": "user", "content": "Weather?"}, *_CALL, {"role": "user", "content": "Thanks"}]}),
+    ("function_call_full_tools", "responses", {"model": "m", "tools": [_FN], "input": [
+        {"role": "user", "content": "Weather?"}, *_CALL, {"role": "user", "content": "Thanks"}]}),
+    ("reasoning_full", "responses", {"model": "m", "input": [
+        {"role": "user", "content": "Q"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking hard"}]},
+        {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}]}),
+    ("tool_only_fn", "responses", {"model": "m", "tools": [_FN], "input": "Hi"}),
+    ("effort_low", "responses", {"model": "m", "reasoning": {"effort": "low"}, "input": "Hi"}),
+    ("system_blocks_blank", "anthropic", {"model": "m", "max_tokens": 16, "system": [{"type": "text", "text": "  "}],
+                                          "messages": [{"role": "user", "content": "Hello"}]}),
+    ("user_text_blocks", "anthropic", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
+    ("user_blank_text_block", "anthropic", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": " "}, {"type": "text", "text": "b"}]}]}),
+    ("assistant_texts_and_tool_use", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"},
+                                          {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}),
+    ("assistant_empty_text", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Q"}, {"role": "assistant", "content": [{"type": "text", "text": ""}]},
+        {"role": "user", "content": "Q2"}]}),
+    ("text_then_tool_result", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "text", "text": "before"},
+                                     {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]}),
+    ("tool_result_then_text", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                                     {"type": "text", "text": "after"}]}]}),
+    ("tool_result_text_list", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+            {"type": "text", "text": f"line {i}"} for i in range(20)]}]}]}),
+    ("tool_result_is_error_text", "anthropic", {"model": "m", "max_tokens": 16, "messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+                                      "content": "boom"}]}]}),
+    ("tools_default_choice", "anthropic", {"model": "m", "max_tokens": 16,
+                                           "tools": [{"name": "a", "description": "A tool",
+                                                      "input_schema": {"type": "object", "properties": {}}}],
+                                           "messages": [{"role": "user", "content": "Go"}]}),
+]
 
 # --- harmony ------------------------------------------------------------------------
 def make_tool_server(tools):
@@ -830,6 +911,10 @@ def main():
         out["conversion"] = run_conversion()
     if not only or "counts" in only:
         out["counts"] = run_counts()
+    if not only or "probes" in only:
+        out["probes"] = {"cases": {f"{api}/{name}": body for name, api, body in PROBES},
+                         "conversion": run_conversion([(n, a, b, PROBE_SETTINGS) for n, a, b in PROBES]),
+                         "counts": run_counts({f"{a}/{n}": b for n, a, b in PROBES})}
     if not only or "harmony" in only:
         out["harmony"] = run_harmony() if hu is not None else {"skipped": "no harmony_utils"}
     if not only or "store" in only:

@@ -84,19 +84,20 @@ def guard_run(guard, fixture, route, version, bodies, date="2025-01-15"):
     return out
 
 
-def guard_counts(guard, recount):
+def guard_counts(guard, recount, probes):
     path = os.path.join(OUT, "guard_counts.json")
     if os.path.exists(path) and not recount:
         return json.load(open(path))
     data = json.load(open(os.path.join(CRATE, "tests", "data", "chat_api_counts.json")))
-    requests, fixtures = data["requests"], sorted(data["fixtures"])
+    requests, fixtures = dict(data["requests"]), sorted(data["fixtures"])
+    requests.update({"probe:" + k: v for k, v in probes.items()})
     out = {"guard": guard, "fixtures": {}, "harmony": {}}
     for gv in GUARD_VERSIONS:
         out["fixtures"][gv] = {}
         for fx in fixtures:
             counts = {}
             for api, route in ROUTE.items():
-                bodies = {k: v for k, v in requests.items() if k.split("/")[0] == api}
+                bodies = {k: v for k, v in requests.items() if k.split(":")[-1].split("/")[0] == api}
                 counts.update(guard_run(guard, fx, route, gv, bodies))
             out["fixtures"][gv][fx] = counts
         cases = json.load(open(os.path.join(HERE, "..", "encoder", "testdata", "harmony_expected.json")))["cases"]
@@ -111,8 +112,19 @@ def guard_counts(guard, recount):
 
 
 # --- signatures ----------------------------------------------------------------------
+VOLATILE = "ValidatorIterator("
+
+
+def volatile_text(text):
+    """A fallback prompt holding the repr of pydantic-core's lazy validator: its
+    text (addresses, schema dump) changes from run to run."""
+    return isinstance(text, str) and VOLATILE in text
+
+
 def conv_value(s):
     e = s["expect"]
+    if isinstance(e, dict) and volatile_text(e.get("fallback_prompt")):
+        return "fallback prompt holding a ValidatorIterator repr (varies run to run)"
     if e == "guard_refuses":
         sg = s.get("sglang") or {}
         return ("guard", "sglang refuses" if "error" in sg else "sglang serves")
@@ -135,6 +147,20 @@ def per_api(rec, api):
         for r, n in v["counts"].items():
             if API_OF[r.split("/")[0]] == api:
                 out[f"count {fx} {r}"] = n
+    probes = rec.get("probes") or {}
+    for e in probes.get("conversion", []):
+        if e["api"] != api:
+            continue
+        for s in e["settings"]:
+            out[f"conv probe:{e['name']} [{'inline' if s['inline_system'] else 'no-inline'},{s['format']}]"] = \
+                conv_value(s)
+    pdetails = (probes.get("counts") or {}).get("details", {})
+    for fx, v in (probes.get("counts") or {}).get("fixtures", {}).items():
+        for r, n in v["counts"].items():
+            if API_OF[r.split("/")[0]] == api:
+                if volatile_text(pdetails.get(fx, {}).get("details", {}).get(r, {}).get("fallback_prompt")):
+                    n = "ValidatorIterator repr: thousands of tokens, varies run to run"
+                out[f"count {fx} probe:{r}"] = n
     if api == "responses" and isinstance(rec.get("harmony"), dict) and "cases" in rec["harmony"]:
         for c in rec["harmony"]["cases"]:
             g = c["sglang"]
@@ -160,6 +186,40 @@ def diff(a, b):
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+def grouped_diff(keys, sig, base):
+    """The differing keys grouped by case: a conversion case once when all its
+    settings differ the same way, counts per request over the fixtures."""
+    conv, counts, harmony = {}, {}, []
+    for k in keys:
+        kind, rest = k.split(" ", 1)
+        if kind == "conv":
+            name, setting = rest.rsplit(" ", 1)
+            conv.setdefault(name, []).append(setting)
+        elif kind == "count":
+            fx, req = rest.split(" ", 1)
+            counts.setdefault(req, []).append(fx)
+        else:
+            harmony.append(rest)
+    out = []
+    for name, settings in conv.items():
+        vals = {json.dumps([sig.get(f"conv {name} {s}"), base.get(f"conv {name} {s}")]) for s in settings}
+        if len(vals) == 1:
+            v, b = json.loads(vals.pop())
+            out.append(f"* conv `{name}` {','.join(settings) if len(settings) < 4 else 'all settings'}: "
+                       f"{short(v, 400)} (0.5.19: {short(b, 400)})")
+        else:
+            for s in settings:
+                out.append(f"* conv `{name}` {s}: {short(sig.get(f'conv {name} {s}'), 400)} "
+                           f"(0.5.19: {short(base.get(f'conv {name} {s}'), 400)})")
+    for req, fxs in counts.items():
+        out.append(f"* count `{req}`: " + ", ".join(
+            f"{fx} {sig.get(f'count {fx} {req}')} ({base.get(f'count {fx} {req}')})" for fx in fxs))
+    if harmony:
+        out.append(f"* harmony, {len(harmony)} cases (release / 0.5.19): " + "; ".join(
+            f"{h}: {sig.get('harmony ' + h)} / {base.get('harmony ' + h)}" for h in harmony))
+    return out
+
+
 def short(v, n=160):
     s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     return s if len(s) <= n else s[:n] + "..."
@@ -170,8 +230,11 @@ def undercounts(rec, guard, gv="0.5.19"):
     """Fixture requests V serves with more tokens than the guard counts at gv."""
     rows = []
     g = guard["fixtures"][gv]
-    for fx, v in rec["counts"]["fixtures"].items():
-        for r, n in v["counts"].items():
+    fixtures = {fx: dict(v["counts"]) for fx, v in rec["counts"]["fixtures"].items()}
+    for fx, v in ((rec.get("probes") or {}).get("counts") or {}).get("fixtures", {}).items():
+        fixtures.setdefault(fx, {}).update({"probe:" + r: n for r, n in v["counts"].items()})
+    for fx, counts in fixtures.items():
+        for r, n in counts.items():
             if not isinstance(n, int):
                 continue
             want = g.get(fx, {}).get(r)
@@ -194,7 +257,8 @@ def main():
     guard_bin = args[args.index("--guard") + 1] if "--guard" in args else os.path.join(CRATE, "target", "debug",
                                                                                        "prefill-guard")
     recs = load_records()
-    guard = guard_counts(guard_bin, "--recount" in args)
+    probes = next((r["probes"]["cases"] for r in recs.values() if r.get("probes")), {})
+    guard = guard_counts(guard_bin, "--recount" in args, probes)
     lines = ["# /v1/responses, /v1/messages, /api/chat per release: generated tables",
              "", f"Generated by `src/count/testdata/summarize_chat_api.py` from {len(recs)} records "
              f"({', '.join(recs)}); guard counts from `{os.path.relpath(guard['guard'], CRATE)} count "
@@ -216,8 +280,7 @@ def main():
                 continue
             d = diff(f["sig"], b)
             lines += [f"### {api} {r[0]}{' - ' + r[-1] if len(r) > 1 else ''}: {len(d)} differences from 0.5.19", ""]
-            for k in d:
-                lines.append(f"* `{k}`: {short(f['sig'].get(k))} (0.5.19: {short(b.get(k))})")
+            lines += grouped_diff(d, f["sig"], b)
             lines.append("")
     lines += ["## Counts above the guard's 0.5.19 count", "",
               "Per release: fixture requests the release serves with more tokens than `prefill-guard count "
