@@ -218,3 +218,63 @@ fn every_fixture_loads_as_each_generation_loads_it() {
         mismatches.join("\n")
     );
 }
+
+/// The other ways in: `ModelFiles` (the 5.19 tokenizer eager, the others on
+/// demand, one instance per pipeline) and `TextTokenizer::load_as`, on
+/// Phi-3 with its checkpoint's config.json, whose generations load three
+/// different pipelines.
+#[test]
+fn model_files_and_load_as_give_each_generation_its_tokenizer() {
+    use prefill_guard::count::{ModelFiles, TextTokenizer};
+    let Some(shared) = shared::shared_dir() else {
+        return;
+    };
+    let exp = expected();
+    let v = exp["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "phi-3-mini+config")
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let dir = build_dir(root.path(), &shared, v);
+    let files = ModelFiles::load(&dir).unwrap();
+    let result = &exp["results"]["phi-3-mini+config"];
+    let text = exp["probes"][12].as_str().unwrap();
+    let mut shared_ids = BTreeMap::new();
+    for gen in Transformers::ALL {
+        let outcome =
+            &result["outcomes"][result["by_generation"][gen.name()].as_u64().unwrap() as usize];
+        let want = ids(&outcome["ids"][12][0]);
+        let tok = files.tokenizer_for(gen).unwrap().unwrap();
+        assert_eq!(tok.encode_ids(text, true).unwrap(), want, "{}", gen.name());
+        let alone = TextTokenizer::load_as(&dir, gen).unwrap().unwrap();
+        assert_eq!(
+            alone.encode_ids(text, true).unwrap(),
+            want,
+            "load_as {}",
+            gen.name()
+        );
+        assert_eq!(
+            files.template_variables_for(gen).unwrap(),
+            tok.template_variables()
+        );
+        shared_ids.insert(gen, tok.id());
+    }
+    assert_eq!(
+        files.tokenizer().unwrap().id(),
+        shared_ids[&Transformers::V5_19]
+    );
+    assert_eq!(
+        shared_ids[&Transformers::V5_6],
+        shared_ids[&Transformers::V5_19]
+    );
+    assert_ne!(
+        shared_ids[&Transformers::V5_3],
+        shared_ids[&Transformers::V5_19]
+    );
+    assert_ne!(
+        shared_ids[&Transformers::V4],
+        shared_ids[&Transformers::V5_19]
+    );
+}
