@@ -33,7 +33,7 @@ fn expected() -> Value {
 }
 
 /// The variant's directory, as the generator builds it: the fixture's files
-/// linked, edited JSON written.
+/// linked, edited JSON written (`tokenizer_json`: top-level keys replaced).
 fn build_dir(root: &Path, shared: &Path, v: &Value) -> PathBuf {
     let name = v["name"].as_str().unwrap();
     let src = shared
@@ -59,6 +59,16 @@ fn build_dir(root: &Path, shared: &Path, v: &Value) -> PathBuf {
         }
         std::fs::remove_file(&p).unwrap();
         std::fs::write(&p, serde_json::to_string(&tc).unwrap()).unwrap();
+    }
+    if let Some(set) = v["tokenizer_json"].as_object() {
+        let p = dir.join("tokenizer.json");
+        let mut tj: Map<String, Value> =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        for (k, val) in set {
+            tj.insert(k.clone(), val.clone());
+        }
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, serde_json::to_string(&tj).unwrap()).unwrap();
     }
     if v["config_json"].is_object() {
         let p = dir.join("config.json");

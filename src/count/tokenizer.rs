@@ -957,6 +957,10 @@ impl TextTokenizer {
         if !self.pipeline.parallel_safe() {
             return Err("the model is not deterministic (BPE dropout)".into());
         }
+        if self.splits_special_tokens() {
+            // cuts.rs argues for special tokens matched as added tokens.
+            return Err("split_special_tokens: special-token spellings are plain text".into());
+        }
         super::cuts::cut_safe(&self.inner)
     }
 
@@ -1408,6 +1412,11 @@ fn plan_v5(src: &Sources, class: TokenizerClass) -> Result<(Option<Plan>, Facts)
     let Some(skeleton) = &src.skeleton else {
         return Ok((None, facts));
     };
+    if config.get("fix_mistral_regex").is_some_and(py::truthy) {
+        return Err(
+            "fix_mistral_regex is set: transformers patches the pre-tokenizer, not modelled".into(),
+        );
+    }
     let mut doc = skeleton.clone();
     let (base_added, mut to_add) = convert_to_native_format(&mut doc, config, class)?;
     add_missing_special_tokens(&mut to_add, &base_added, &special_tokens, config);

@@ -18,9 +18,9 @@ class transformers resolved, and the special-token variables
   (see release_env.py for what else they hold);
 * $WHEELS_DIR (default /work/wheels): `src/<release>/` unpacked wheels;
 * $PREFILL_GUARD_SHARED (default ../shared next to the crate): the fixtures;
-* $TOKGEN_CACHE (default /tmp/tokgen-cache): each release's raw results,
-  reused while the variants and probes are unchanged (delete it after
-  changing what the worker records).
+* $TOKGEN_CACHE (default /tmp/tokgen-cache): each release's raw results
+  per variant, reused while the variant and the probes are unchanged
+  (delete it after changing what the worker records).
 
 Every release of one generation must give the same result for every variant
 (that is the claim the Rust enum rests on); the script fails naming the
@@ -87,17 +87,21 @@ def cfg(fixture):
 
 def variants(fixtures):
     """name, fixture, tokenizer_config edits ({"set": {...}, "delete": [...]}),
-    config_json (an object written as config.json, or None: as shipped)."""
+    config_json (an object written as config.json, or None: as shipped), and
+    where present tokenizer_json: top-level keys of tokenizer.json replaced."""
     out = []
     for fx in fixtures:
         out.append({"name": fx, "fixture": fx, "tokenizer_config": None, "config_json": None})
         if fx in STANDIN:
             out.append({"name": fx + "+config", "fixture": fx, "tokenizer_config": None, "config_json": cfg(fx)})
 
-    def edit(name, fx, set_=None, delete=None, config=True):
-        out.append({"name": name, "fixture": fx,
-                    "tokenizer_config": {"set": set_ or {}, "delete": delete or []},
-                    "config_json": cfg(fx) if config else None})
+    def edit(name, fx, set_=None, delete=None, config=True, tokenizer_json=None):
+        v = {"name": name, "fixture": fx,
+             "tokenizer_config": {"set": set_ or {}, "delete": delete or []},
+             "config_json": cfg(fx) if config else None}
+        if tokenizer_json is not None:
+            v["tokenizer_json"] = tokenizer_json
+        out.append(v)
 
     # A Llama-class EOS flag: v4 appends EOS, SGLang's v5 fix forces it off.
     edit("phi-3-mini+add_eos", "phi-3-mini", {"add_eos_token": True})
@@ -122,6 +126,14 @@ def variants(fixtures):
     # BOS switched off on a BOS-adding class.
     edit("gemma-3+no_bos", "gemma-3", {"add_bos_token": False})
     edit("deepseek-v3+no_bos", "deepseek-v3", {"add_bos_token": False})
+    # A GPT-2-style top-level ByteLevel pre-tokenizer that adds a prefix
+    # space: v4 and 5.0.0rc0 set it to the config's add_prefix_space
+    # (default false), v5 keeps it (backend) or SGLang restores it (Qwen2).
+    gpt2_pre = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                  "use_regex": True}}
+    edit("qwen2.5+byte_level", "qwen2.5", tokenizer_json=gpt2_pre)
+    edit("qwen2.5+byte_level+backend", "qwen2.5", {"tokenizer_class": "PreTrainedTokenizerFast"},
+         tokenizer_json=gpt2_pre)
     return out
 
 
@@ -141,6 +153,12 @@ def build_dir(root, v):
         tc.update(v["tokenizer_config"]["set"])
         os.unlink(p)
         json.dump(tc, open(p, "w"), ensure_ascii=False, indent=1)
+    if v.get("tokenizer_json") is not None:
+        p = os.path.join(d, "tokenizer.json")
+        tj = json.load(open(p))
+        tj.update(v["tokenizer_json"])
+        os.unlink(p)
+        json.dump(tj, open(p, "w"), ensure_ascii=False)
     if v["config_json"] is not None:
         p = os.path.join(d, "config.json")
         if os.path.lexists(p):
@@ -257,29 +275,18 @@ def main():
     vs = variants(fixtures)
     root = tempfile.mkdtemp(prefix="tokgen-")
     dirs = {v["name"]: build_dir(root, v) for v in vs}
-    dirs_json = os.path.join(root, "dirs.json")
-    json.dump(dirs, open(dirs_json, "w"))
 
     cache = os.environ.get("TOKGEN_CACHE", "/tmp/tokgen-cache")
     os.makedirs(cache, exist_ok=True)
-    key = hashlib.sha256(json.dumps([vs, PROBES], ensure_ascii=False).encode()).hexdigest()[:16]
+    probes_key = json.dumps(PROBES, ensure_ascii=False)
+    vkey = {v["name"]: hashlib.sha256((json.dumps(v, ensure_ascii=False, sort_keys=True) + probes_key)
+                                      .encode()).hexdigest()[:16] for v in vs}
     per_gen = {}  # gen -> {variant: outcome}
     ran = {}
     for gen, runs in RUNS.items():
         first = None
         for release, tf in runs:
-            py = os.path.join(VENVS, f"tf-{tf}", "bin", "python")
-            out = os.path.join(cache, f"{release}-{key}.json")
-            if not os.path.exists(out):
-                env = dict(os.environ, SGLANG_SRC=os.path.join(WHEELS, "src", release))
-                r = subprocess.run([py, os.path.abspath(__file__), "--worker", dirs_json, out + ".tmp"],
-                                   env=env, capture_output=True, text=True)
-                if r.returncode != 0:
-                    sys.exit(f"{release} ({tf}) failed:\n{r.stderr[-3000:]}")
-                os.rename(out + ".tmp", out)
-            res = json.load(open(out))
-            if res["libraries"].get("transformers") != tf:
-                sys.exit(f"{release}: ran transformers {res['libraries'].get('transformers')}, pins {tf}")
+            res = run_release(release, tf, vs, dirs, vkey, cache, root)
             ran.setdefault(gen, []).append({"release": release, "transformers": tf,
                                             "tokenizers": res["libraries"].get("tokenizers")})
             print(f"{gen} {release} transformers {tf} tokenizers {res['libraries'].get('tokenizers')}", flush=True)
@@ -319,6 +326,34 @@ def main():
     with open(OUT, "w") as f:
         f.write(dump(doc))
     print(json.dumps(differ, indent=1, ensure_ascii=False))
+
+
+def run_release(release, tf, vs, dirs, vkey, cache, root):
+    """One release's outcome for every variant; runs the worker (in the
+    release's venv) on the variants its cache lacks."""
+    path = os.path.join(cache, f"{release}.json")
+    cached = json.load(open(path)) if os.path.exists(path) else {"libraries": None, "variants": {}}
+    todo = {v["name"]: dirs[v["name"]] for v in vs if vkey[v["name"]] not in cached["variants"]}
+    if todo:
+        py = os.path.join(VENVS, f"tf-{tf}", "bin", "python")
+        dirs_json = os.path.join(root, f"{release}-dirs.json")
+        out = os.path.join(root, f"{release}-out.json")
+        json.dump(todo, open(dirs_json, "w"))
+        env = dict(os.environ, SGLANG_SRC=os.path.join(WHEELS, "src", release))
+        r = subprocess.run([py, os.path.abspath(__file__), "--worker", dirs_json, out], env=env,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"{release} ({tf}) failed:\n{r.stderr[-3000:]}")
+        res = json.load(open(out))
+        cached["libraries"] = res["libraries"]
+        for name, outcome in res["variants"].items():
+            cached["variants"][vkey[name]] = outcome
+        json.dump(cached, open(path + ".tmp", "w"), ensure_ascii=False)
+        os.rename(path + ".tmp", path)
+    if cached["libraries"].get("transformers") != tf:
+        sys.exit(f"{release}: ran transformers {cached['libraries'].get('transformers')}, pins {tf}")
+    return {"libraries": cached["libraries"],
+            "variants": {v["name"]: cached["variants"][vkey[v["name"]]] for v in vs}}
 
 
 def dump(doc):
