@@ -58,7 +58,7 @@ impl HarmonyVocabulary {
             .as_ref()
             .ok_or_else(|| "the model directory has no tokenizer.json".to_string())
             .and_then(|t| {
-                let doc = serde_json::to_value(&t.inner).map_err(|e| e.to_string())?;
+                let doc = serde_json::to_value(t.inner.as_ref()).map_err(|e| e.to_string())?;
                 harmony::check_vocabulary(&doc)?;
                 Ok(Arc::new(PlainText::new(&t.inner)))
             });

@@ -9,7 +9,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::serving::Arch;
-use super::tokenizer::{read_json, TextTokenizer, TokenizerClass, TokenizerConfig};
+use super::tokenizer::{
+    read_json, Generations, TextTokenizer, TokenizerClass, TokenizerConfig, Transformers,
+};
 use super::LoadError;
 
 /// transformers' `CHAT_TEMPLATE_DIR`.
@@ -33,10 +35,15 @@ pub enum CheckpointTemplates {
 }
 
 pub struct ModelFiles {
+    /// The tokenizer as SGLang 0.5.22+ loads it (transformers 5.19); the
+    /// other generations' are [`ModelFiles::tokenizer_for`].
     pub(super) tokenizer: Option<TextTokenizer>,
     pub(super) config: TokenizerConfig,
     /// transformers 5.19's `special_tokens_map`, spread into the template variables.
     pub(super) special_tokens: Vec<(String, String)>,
+    /// Every generation's tokenizer, built on first use and shared where
+    /// the rewritten `tokenizer.json` is the same.
+    generations: Generations,
     pub(super) templates: CheckpointTemplates,
     /// The processor's template (`chat_template.json`), preferred by SGLang
     /// when the server is multimodal.
@@ -69,7 +76,18 @@ impl ModelFiles {
     /// can render but not count.
     pub fn load(dir: &Path) -> Result<Self, LoadError> {
         let config = TokenizerConfig::load(dir)?;
-        let tokenizer = TextTokenizer::load(dir)?;
+        let generations = Generations::load(dir, Some(Transformers::V5_19))?;
+        let tokenizer = if generations.has_tokenizer_json() {
+            generations
+                .get(Transformers::V5_19)
+                .map_err(|message| LoadError::Invalid {
+                    path: generations.path().display().to_string(),
+                    message,
+                })?
+                .cloned()
+        } else {
+            None
+        };
         let special_tokens = match &tokenizer {
             Some(t) => t.special_tokens().to_vec(),
             None => config.special_tokens_map(
@@ -106,11 +124,38 @@ impl ModelFiles {
             additional_templates,
             source: Some(dir.display().to_string()),
             dsv4_effort_profile,
+            generations,
         })
     }
 
     pub fn tokenizer(&self) -> Option<&TextTokenizer> {
         self.tokenizer.as_ref()
+    }
+
+    /// The tokenizer the releases of `generation` load (built on first use;
+    /// generations that load it alike share one, with one
+    /// [`TextTokenizer::id`]). `Ok(None)` without a `tokenizer.json`; `Err`
+    /// with the reason when that generation's loading is not modelled.
+    pub fn tokenizer_for(
+        &self,
+        generation: Transformers,
+    ) -> Result<Option<&TextTokenizer>, String> {
+        self.generations.get(generation)
+    }
+
+    /// What `generation`'s `apply_chat_template` spreads from
+    /// `special_tokens_map` (transformers 4: also `additional_special_tokens`,
+    /// a list), known without a `tokenizer.json` too.
+    pub fn template_variables_for(
+        &self,
+        generation: Transformers,
+    ) -> Result<&[(String, Value)], String> {
+        self.generations.template_variables(generation)
+    }
+
+    /// Every generation's loading of this directory.
+    pub fn generations(&self) -> &Generations {
+        &self.generations
     }
 
     /// `config.json`'s architecture, if the directory has one.

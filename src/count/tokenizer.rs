@@ -1,9 +1,17 @@
-//! Loading `tokenizer.json` the way SGLang 0.5.23 (transformers 5.19) loads it,
-//! and encoding with its rules.
+//! Loading `tokenizer.json` the way each SGLang release loads it, and encoding
+//! with its rules.
 //!
-//! SGLang loads tokenizers with `sglang/srt/utils/hf_transformers/tokenizer.py::get_tokenizer`:
-//! `AutoTokenizer.from_pretrained` (transformers 5.19), then two post-load fixes,
-//! `_fix_v5_tokenizer_components` and `_fix_v5_add_bos_eos_token`. Transformers 5.19
+//! SGLang releases pin different transformers versions, which load tokenizers
+//! differently ([`Transformers`], `generation.rs`): transformers 4 takes
+//! `tokenizer.json` whole (`v4.rs`), 5.0.0rc0 takes it whole and runs the
+//! class's `_post_init` (`rc0.rs`), and 5.3+ rebuild some classes, which
+//! SGLang 0.5.10+ then patches (below). Which class a release loads is
+//! `AutoTokenizer`'s choice by the declared class and `config.json`'s model
+//! type, recorded per transformers version (`auto_classes.rs`).
+//!
+//! From SGLang 0.5.10, `get_tokenizer` (`sglang/srt/utils/hf_transformers/tokenizer.py`)
+//! calls `AutoTokenizer.from_pretrained`, then two post-load fixes,
+//! `_fix_v5_tokenizer_components` and `_fix_v5_add_bos_eos_token`. Transformers 5
 //! does not always take `tokenizer.json` as it is:
 //!
 //! * `TokenizersBackend` (`PreTrainedTokenizerFast` is an alias) has no `__init__` of
@@ -22,12 +30,23 @@
 //!   `tokenizer_config.json` (missing or null means `true`, transformers v4's default)
 //!   and rebuilds the post-processor with it (DeepSeek-V3's BOS comes from here).
 //!
-//! This module reproduces that by rewriting the `tokenizer.json` document into the
-//! one transformers ends up with, then loading it with the same `tokenizers` core.
-//! Classes whose rebuild is not modelled here are refused at load time rather than
-//! guessed at: a wrong pipeline can undercount.
+//! Each generation is reproduced by rewriting the `tokenizer.json` document into
+//! the one transformers ends up with (a [`Plan`]), then loading it with the same
+//! `tokenizers` core. Loadings not modelled here are refused at load time rather
+//! than guessed at: a wrong pipeline can undercount. Generations whose plans are
+//! the same share one loaded pipeline ([`Generations`]). The proof is
+//! `testdata/gen_tokenizer_generations.py` (every fixture, each generation's own
+//! releases) and `tests/tokenizer_generations.rs`.
 
-use std::path::Path;
+mod auto_classes;
+pub mod generation;
+mod rc0;
+mod v4;
+
+pub use generation::Transformers;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Map, Value};
 use tokenizers::{AddedToken, Tokenizer};
@@ -90,7 +109,7 @@ impl TokenizerClass {
 
     /// The special-token defaults of the class `__init__` signature, used when
     /// `tokenizer_config.json` does not name the token at all.
-    fn default_special(self, attr: &str) -> Option<&'static str> {
+    pub(crate) fn default_special(self, attr: &str) -> Option<&'static str> {
         match (self, attr) {
             (TokenizerClass::Llama, "unk_token") => Some("<unk>"),
             (TokenizerClass::Llama, "bos_token") => Some("<s>"),
@@ -106,11 +125,6 @@ impl TokenizerClass {
             _ => None,
         }
     }
-
-    /// `_fix_v5_add_bos_eos_token`'s `_V4_CLASSES_WITH_BOS_EOS_FLAGS` (the modelled ones).
-    fn restores_bos_flag(self) -> bool {
-        matches!(self, TokenizerClass::Llama | TokenizerClass::Gemma)
-    }
 }
 
 /// The parsed `tokenizer_config.json` plus the legacy `special_tokens_map.json`,
@@ -119,6 +133,9 @@ impl TokenizerClass {
 pub struct TokenizerConfig {
     kwargs: Map<String, Value>,
     declared_class: Option<String>,
+    /// `special_tokens_map.json`'s `additional_special_tokens` when it was
+    /// read (transformers 4 merges it into the config's list).
+    map_additional: Option<Value>,
 }
 
 impl TokenizerConfig {
@@ -140,9 +157,13 @@ impl TokenizerConfig {
             Some(Value::String(s)) => Some(s),
             _ => None,
         };
+        let mut map_additional = None;
         if !kwargs.contains_key("added_tokens_decoder") {
             if let Some(Value::Object(map)) = read_json(&dir.join("special_tokens_map.json"))? {
                 for (k, v) in map {
+                    if k == "additional_special_tokens" {
+                        map_additional = Some(v.clone());
+                    }
                     if k == "extra_special_tokens" || k == "additional_special_tokens" {
                         // Only merged into the extra tokens, never into the named map.
                         kwargs.entry(k).or_insert(v);
@@ -155,7 +176,18 @@ impl TokenizerConfig {
         Ok(Self {
             kwargs,
             declared_class,
+            map_additional,
         })
+    }
+
+    /// `split_special_tokens` (default false), which every generation hands
+    /// to the backend (`encode_special_tokens`); not a bool: refused.
+    pub(crate) fn split_special_tokens(&self) -> Result<bool, String> {
+        match self.kwargs.get("split_special_tokens") {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(format!("split_special_tokens {v}: not a bool")),
+        }
     }
 
     pub fn declared_class(&self) -> Option<&str> {
@@ -328,31 +360,44 @@ impl AddedSpec {
     }
 }
 
-/// A tokenizer as SGLang loads it.
+/// A tokenizer as one SGLang release loads it: the pipeline, and the facts
+/// of that release's tokenizer object (BOS id, template variables). Cloning
+/// shares the pipeline (and the id).
+#[derive(Clone)]
 pub struct TextTokenizer {
-    pub(crate) inner: Tokenizer,
+    pub(crate) inner: Arc<Tokenizer>,
     /// The encode pipeline without building an `Encoding` (`fast.rs`).
     pipeline: Pipeline,
     /// The upper bound this pipeline admits, if any (`bound.rs`).
     bound: BoundRule,
     auto_adds_specials: bool,
-    bos_token_id: Option<u32>,
-    special_tokens: Vec<(String, String)>,
-    /// This instance, for the count cache's keys: two loads never share
-    /// remembered counts, whatever their files.
+    /// The pipeline's identity, shared by the generations that load it alike.
     id: u64,
+    bos_token_id: Option<u32>,
+    /// The named special tokens, as strings (`special_tokens_map` without lists).
+    special_tokens: Vec<(String, String)>,
+    /// Everything `apply_chat_template` spreads from `special_tokens_map`.
+    template_variables: Vec<(String, Value)>,
+    generation: Transformers,
 }
 
 impl TextTokenizer {
-    /// This instance's identity: two tokenizers with the same id split alike.
+    /// This pipeline's identity: two tokenizers with the same id split alike
+    /// (one load, or generations whose rewritten `tokenizer.json` is the same).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The generation this tokenizer is loaded as.
+    pub fn generation(&self) -> Transformers {
+        self.generation
     }
 }
 
 impl std::fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TextTokenizer")
+            .field("generation", &self.generation)
             .field("auto_adds_specials", &self.auto_adds_specials)
             .field("bos_token_id", &self.bos_token_id)
             .field("bound", &self.bound)
@@ -360,80 +405,437 @@ impl std::fmt::Debug for TextTokenizer {
     }
 }
 
-impl TextTokenizer {
-    /// Loads `<dir>/tokenizer.json` with `<dir>/tokenizer_config.json`.
-    /// `Ok(None)` when there is no `tokenizer.json`.
-    pub fn load(dir: &Path) -> Result<Option<Self>, LoadError> {
-        let path = dir.join("tokenizer.json");
-        let doc = match read_json(&path)? {
-            Some(d) => d,
-            None => return Ok(None),
-        };
-        let config = TokenizerConfig::load(dir)?;
-        let has_model_config = dir.join("config.json").is_file();
-        Self::from_parts(doc, &config, has_model_config)
-            .map(Some)
-            .map_err(|message| LoadError::Invalid {
-                path: path.display().to_string(),
-                message,
+/// What a generation makes of a directory's `tokenizer.json`: the document
+/// it ends up with (without the vocabulary and merges, which no generation
+/// changes), the tokens it adds afterwards, and the post-processor it sets
+/// last. Two generations with equal plans (after [`Plan::canonical`]) load
+/// the same pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    skeleton: Map<String, Value>,
+    /// `add_tokens` after loading, in order (ids assigned as Python does).
+    api_added: Vec<AddedSpec>,
+    /// Then, in one `add_tokens`, those of these the tokenizer has no id for.
+    add_if_missing: Vec<AddedSpec>,
+    post: Option<PostSpec>,
+    /// `split_special_tokens`: special-token spellings are plain text.
+    encode_special_tokens: bool,
+}
+
+/// A `TemplateProcessing` post-processor set after loading
+/// (`update_post_processor`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PostSpec {
+    /// These tokens around the sequence; each must be in the vocabulary
+    /// (transformers 4 and 5.0.0rc0 fail to load otherwise).
+    Template {
+        bos: Option<String>,
+        eos: Option<String>,
+    },
+    /// transformers 5's `update_post_processor` after SGLang's BOS fix: the
+    /// BOS when it has an id, else nothing.
+    BosIfKnown(Option<String>),
+}
+
+/// What a generation's tokenizer object says besides its pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Facts {
+    /// `special_tokens_map`, as `apply_chat_template` spreads it.
+    pub(crate) template_variables: Vec<(String, Value)>,
+    /// The BOS token's text (`tokenizer.bos_token`).
+    pub(crate) bos: Option<String>,
+}
+
+impl Facts {
+    fn string_tokens(&self) -> Vec<(String, String)> {
+        self.template_variables
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_owned())))
+            .collect()
+    }
+}
+
+impl Plan {
+    /// The plan with what cannot change an id or a decoded text set aside,
+    /// for deciding whether two generations may share one pipeline:
+    /// ByteLevel's `trim_offsets` (offsets only), a ByteLevel decoder's or
+    /// post-processor's flags (neither reads them for ids or text), BPE
+    /// options spelled differently with the same meaning (an empty
+    /// prefix/suffix is no prefix/suffix; absent options are their defaults),
+    /// added tokens in one spelling, re-adding a token exactly as the
+    /// document has it (`AddedVocabulary::add_tokens` ignores it), and
+    /// candidates for `add_if_missing` the document already has.
+    fn canonical(&self) -> Plan {
+        let mut c = self.clone();
+        for key in ["pre_tokenizer", "decoder", "post_processor"] {
+            if let Some(v) = c.skeleton.get_mut(key) {
+                canonical_byte_level(v, key != "pre_tokenizer");
+            }
+        }
+        if let Some(Value::Object(m)) = c.skeleton.get_mut("model") {
+            if m.get("type").and_then(Value::as_str) == Some("BPE") {
+                for (k, default) in [
+                    ("dropout", Value::Null),
+                    ("unk_token", Value::Null),
+                    ("continuing_subword_prefix", Value::Null),
+                    ("end_of_word_suffix", Value::Null),
+                    ("fuse_unk", Value::Bool(false)),
+                    ("byte_fallback", Value::Bool(false)),
+                    ("ignore_merges", Value::Bool(false)),
+                ] {
+                    let v = m.entry(k).or_insert(default);
+                    if v.as_str() == Some("")
+                        && matches!(k, "continuing_subword_prefix" | "end_of_word_suffix")
+                    {
+                        *v = Value::Null;
+                    }
+                }
+            }
+        }
+        let doc_added: Vec<AddedSpec> = c
+            .skeleton
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| AddedSpec::from_value(t.get("id").and_then(Value::as_u64), t))
+                    .collect()
             })
+            .unwrap_or_default();
+        let once = |content: &str, list: &[AddedSpec]| {
+            list.iter().filter(|t| t.content == content).count() == 1
+        };
+        let api = c.api_added.clone();
+        c.api_added.retain(|t| {
+            !(once(&t.content, &api)
+                && doc_added
+                    .iter()
+                    .any(|d| d.content == t.content && d.same_token(t)))
+        });
+        c.add_if_missing.retain(|t| {
+            !doc_added.iter().any(|d| d.content == t.content)
+                && !api.iter().any(|a| a.content == t.content)
+        });
+        c.skeleton.insert(
+            "added_tokens".into(),
+            Value::Array(
+                doc_added
+                    .iter()
+                    .map(|t| {
+                        json!([
+                            t.id,
+                            t.content,
+                            t.single_word,
+                            t.lstrip,
+                            t.rstrip,
+                            t.normalized,
+                            t.special
+                        ])
+                    })
+                    .collect(),
+            ),
+        );
+        c
+    }
+}
+
+fn canonical_byte_level(v: &mut Value, all_flags: bool) {
+    match v {
+        Value::Object(m) => {
+            if m.get("type").and_then(Value::as_str) == Some("ByteLevel") {
+                m.remove("trim_offsets");
+                if all_flags {
+                    m.remove("add_prefix_space");
+                    m.remove("use_regex");
+                }
+            }
+            for (_, inner) in m.iter_mut() {
+                canonical_byte_level(inner, all_flags);
+            }
+        }
+        Value::Array(a) => a
+            .iter_mut()
+            .for_each(|x| canonical_byte_level(x, all_flags)),
+        _ => {}
+    }
+}
+
+/// A directory's tokenizer files, read once.
+pub(crate) struct Sources {
+    /// `tokenizer.json`'s path.
+    path: PathBuf,
+    /// `tokenizer.json` without `model.vocab` / `model.merges`; `None`
+    /// when there is no `tokenizer.json`.
+    skeleton: Option<Map<String, Value>>,
+    /// blake3 of `tokenizer.json`'s bytes, to check a later re-read.
+    digest: Option<[u8; 32]>,
+    pub(crate) config: TokenizerConfig,
+    /// `config.json` is present, and its `model_type`.
+    has_model_config: bool,
+    model_type: Option<String>,
+    /// The legacy `added_tokens.json` is present.
+    added_tokens_file: bool,
+}
+
+/// `model.vocab` and `model.merges`, taken out of a parsed `tokenizer.json`.
+struct VocabParts(Option<Value>, Option<Value>);
+
+/// A parsed `tokenizer.json` without its vocabulary, the file's blake3, and
+/// the vocabulary.
+type ReadDoc = (Map<String, Value>, [u8; 32], VocabParts);
+
+impl Sources {
+    /// Reads the directory; the vocabulary comes back apart for a build.
+    fn read(dir: &Path) -> Result<(Self, Option<VocabParts>), LoadError> {
+        let config = TokenizerConfig::load(dir)?;
+        let model_config = read_json(&dir.join("config.json"))?;
+        let model_type = model_config
+            .as_ref()
+            .and_then(|c| c.get("model_type"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let path = dir.join("tokenizer.json");
+        let (skeleton, digest, parts) = match read_tokenizer_json(&path, None)? {
+            Some((skeleton, digest, parts)) => (Some(skeleton), Some(digest), Some(parts)),
+            None => (None, None, None),
+        };
+        Ok((
+            Sources {
+                path,
+                skeleton,
+                digest,
+                config,
+                has_model_config: model_config.is_some(),
+                model_type,
+                added_tokens_file: dir.join("added_tokens.json").is_file(),
+            },
+            parts,
+        ))
     }
 
-    /// Builds the tokenizer from a parsed `tokenizer.json` and its config.
-    /// `has_model_config`: a `config.json` sits beside it (then a missing
-    /// `tokenizer_class` would be resolved from the model type, which is not modelled).
-    pub fn from_parts(
-        doc: Value,
-        config: &TokenizerConfig,
-        has_model_config: bool,
-    ) -> Result<Self, String> {
-        let class = tokenizer_class(config, has_model_config)?;
-        let special_tokens = config.special_tokens_map(class);
-        let mut doc = match doc {
-            Value::Object(m) => m,
-            _ => return Err("tokenizer.json is not a JSON object".into()),
-        };
-        let (base_added, mut to_add) = convert_to_native_format(&mut doc, config, class)?;
-        add_missing_special_tokens(&mut to_add, &base_added, &special_tokens, config);
-        let api_added = write_added_tokens(&mut doc, base_added, to_add);
+    /// The vocabulary again, from a file that must not have changed.
+    fn reread_vocab(&self) -> Result<VocabParts, String> {
+        match read_tokenizer_json(&self.path, self.digest) {
+            Ok(Some((_, _, parts))) => Ok(parts),
+            Ok(None) => Err(format!("{}: gone since it was loaded", self.path.display())),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 
+    fn declared(&self) -> generation::Declared<'_> {
+        generation::Declared {
+            class: self.config.declared_class(),
+            has_model_config: self.has_model_config,
+            model_type: self.model_type.as_deref(),
+            auto_map: self
+                .config
+                .get("auto_map")
+                .and_then(|m| m.get("AutoTokenizer"))
+                .is_some_and(|v| !v.is_null()),
+        }
+    }
+
+    /// What `gen` makes of these files: its plan (`None` without a
+    /// `tokenizer.json`) and facts, or why it is not modelled.
+    pub(crate) fn plan(&self, gen: Transformers) -> Result<(Option<Plan>, Facts), String> {
+        let class = generation::resolve(gen, &self.declared())?;
+        match gen {
+            Transformers::V4 => v4::plan(self, class),
+            Transformers::V5Rc0 => rc0::plan(self, class),
+            _ => plan_v5(self, class),
+        }
+    }
+}
+
+/// Reads and parses `tokenizer.json`, splitting the vocabulary off.
+/// `Ok(None)` when the file does not exist; with `expect`, the bytes must
+/// hash to it.
+fn read_tokenizer_json(
+    path: &Path,
+    expect: Option<[u8; 32]>,
+) -> Result<Option<ReadDoc>, LoadError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(LoadError::Io {
+                path: path.display().to_string(),
+                source: e,
+            })
+        }
+    };
+    let invalid = |message: String| LoadError::Invalid {
+        path: path.display().to_string(),
+        message,
+    };
+    let digest = *blake3::hash(&bytes).as_bytes();
+    if expect.is_some_and(|d| d != digest) {
+        return Err(invalid(
+            "changed since it was loaded; reload the model".into(),
+        ));
+    }
+    let mut doc = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return Err(invalid("tokenizer.json is not a JSON object".into())),
+        Err(e) => return Err(invalid(e.to_string())),
+    };
+    let parts = match doc.get_mut("model") {
+        Some(Value::Object(m)) => VocabParts(m.remove("vocab"), m.remove("merges")),
+        _ => VocabParts(None, None),
+    };
+    Ok(Some((doc, digest, parts)))
+}
+
+/// The shareable part of a loaded tokenizer.
+#[derive(Clone)]
+struct Core {
+    inner: Arc<Tokenizer>,
+    pipeline: Pipeline,
+    bound: BoundRule,
+    auto_adds_specials: bool,
+    id: u64,
+}
+
+impl Core {
+    /// Loads the plan's document with the vocabulary, then adds its tokens
+    /// and sets its post-processor.
+    fn build(plan: &Plan, parts: VocabParts) -> Result<Core, String> {
+        let mut doc = plan.skeleton.clone();
+        if let Some(Value::Object(m)) = doc.get_mut("model") {
+            if let Some(v) = parts.0 {
+                m.insert("vocab".into(), v);
+            }
+            if let Some(v) = parts.1 {
+                m.insert("merges".into(), v);
+            }
+        }
         // transformers disables truncation and padding per call unless asked
         // (`set_truncation_and_padding`), so neither may touch a count here.
         doc.insert("truncation".into(), Value::Null);
         doc.insert("padding".into(), Value::Null);
-
         let mut inner: Tokenizer = serde_json::from_value(Value::Object(doc))
             .map_err(|e| format!("tokenizers could not load it: {e}"))?;
-        if !api_added.is_empty() {
+        if !plan.api_added.is_empty() {
             inner
-                .add_tokens(api_added.iter().map(AddedSpec::to_added_token))
+                .add_tokens(plan.api_added.iter().map(AddedSpec::to_added_token))
                 .map_err(|e| format!("adding special tokens failed: {e}"))?;
         }
-
-        let bos = special_tokens
+        let missing: Vec<AddedToken> = plan
+            .add_if_missing
             .iter()
-            .find(|(k, _)| k == "bos_token")
-            .map(|(_, v)| v.clone());
-        let bos_token_id = bos.as_deref().and_then(|b| inner.token_to_id(b));
-        if class.restores_bos_flag() {
-            fix_v5_add_bos_eos_token(&mut inner, config, bos.as_deref(), bos_token_id)?;
+            .filter(|t| inner.token_to_id(&t.content).is_none())
+            .map(AddedSpec::to_added_token)
+            .collect();
+        if !missing.is_empty() {
+            inner
+                .add_tokens(missing)
+                .map_err(|e| format!("adding special tokens failed: {e}"))?;
         }
-
+        if let Some(post) = &plan.post {
+            set_post_processor(&mut inner, post)?;
+        }
+        inner.set_encode_special_tokens(plan.encode_special_tokens);
         let auto_adds_specials = inner
             .encode_fast("", true)
             .map(|e| !e.get_ids().is_empty())
             .map_err(|e| e.to_string())?;
         let pipeline = Pipeline::new(&inner)?;
         let bound = BoundRule::derive(&inner);
-        Ok(Self {
-            inner,
+        Ok(Core {
+            inner: Arc::new(inner),
             pipeline,
             bound,
             auto_adds_specials,
-            bos_token_id,
-            special_tokens,
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    fn view(&self, facts: &Facts, generation: Transformers) -> TextTokenizer {
+        TextTokenizer {
+            inner: Arc::clone(&self.inner),
+            pipeline: self.pipeline,
+            bound: self.bound.clone(),
+            auto_adds_specials: self.auto_adds_specials,
+            id: self.id,
+            bos_token_id: facts.bos.as_deref().and_then(|b| self.inner.token_to_id(b)),
+            special_tokens: facts.string_tokens(),
+            template_variables: facts.template_variables.clone(),
+            generation,
+        }
+    }
+}
+
+/// `update_post_processor`: `TemplateProcessing` with the BOS and EOS asked for.
+fn set_post_processor(inner: &mut Tokenizer, post: &PostSpec) -> Result<(), String> {
+    let (bos, eos) = match post {
+        PostSpec::Template { bos, eos } => {
+            let id = |t: &Option<String>| -> Result<Option<(String, u32)>, String> {
+                match t {
+                    None => Ok(None),
+                    Some(t) => inner
+                        .token_to_id(t)
+                        .map(|id| Some((t.clone(), id)))
+                        .ok_or_else(|| format!("special token {t:?} is not in the vocabulary")),
+                }
+            };
+            (id(bos)?, id(eos)?)
+        }
+        PostSpec::BosIfKnown(bos) => (
+            bos.as_ref()
+                .and_then(|b| inner.token_to_id(b).map(|id| (b.clone(), id))),
+            None,
+        ),
+    };
+    let mut single = Vec::new();
+    let mut pair = Vec::new();
+    let mut special = Map::new();
+    let piece = |t: &str, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
+    for (seq, type_id, out) in [("A", 0u32, &mut single), ("B", 1u32, &mut pair)] {
+        if let Some((b, _)) = &bos {
+            out.push(piece(b, type_id));
+        }
+        out.push(json!({"Sequence": {"id": seq, "type_id": type_id}}));
+        if let Some((e, _)) = &eos {
+            out.push(piece(e, type_id));
+        }
+    }
+    // The pair is `single` followed by the second sequence's own pieces.
+    let mut full_pair = single.clone();
+    full_pair.extend(pair);
+    for (t, id) in bos.iter().chain(eos.iter()) {
+        special.insert(t.clone(), json!({"id": t, "ids": [id], "tokens": [t]}));
+    }
+    let post = json!({"type": "TemplateProcessing", "single": single, "pair": full_pair,
+                      "special_tokens": special});
+    let post: tokenizers::processors::PostProcessorWrapper =
+        serde_json::from_value(post).map_err(|e| format!("post-processor: {e}"))?;
+    inner.with_post_processor(Some(post));
+    Ok(())
+}
+
+impl TextTokenizer {
+    /// Loads `<dir>/tokenizer.json` with `<dir>/tokenizer_config.json` as
+    /// SGLang 0.5.22+ does (transformers 5.19). `Ok(None)` when there is no
+    /// `tokenizer.json`.
+    pub fn load(dir: &Path) -> Result<Option<Self>, LoadError> {
+        Self::load_as(dir, Transformers::V5_19)
+    }
+
+    /// Loads the directory's tokenizer as the releases of `generation` do.
+    /// `Ok(None)` when there is no `tokenizer.json`; an error naming the
+    /// reason when that generation's loading is not modelled for these files.
+    pub fn load_as(dir: &Path, generation: Transformers) -> Result<Option<Self>, LoadError> {
+        let (sources, parts) = Sources::read(dir)?;
+        let unmodelled = |message: String| LoadError::Invalid {
+            path: sources.path.display().to_string(),
+            message: format!("{generation}: {message}"),
+        };
+        let (plan, facts) = sources.plan(generation).map_err(unmodelled)?;
+        let (Some(plan), Some(parts)) = (plan, parts) else {
+            return Ok(None);
+        };
+        let core = Core::build(&plan, parts).map_err(unmodelled)?;
+        Ok(Some(core.view(&facts, generation)))
     }
 
     /// The token count of `text`. Special-token strings in `text` are matched as
@@ -555,6 +957,10 @@ impl TextTokenizer {
         if !self.pipeline.parallel_safe() {
             return Err("the model is not deterministic (BPE dropout)".into());
         }
+        if self.splits_special_tokens() {
+            // cuts.rs argues for special tokens matched as added tokens.
+            return Err("split_special_tokens: special-token spellings are plain text".into());
+        }
         super::cuts::cut_safe(&self.inner)
     }
 
@@ -600,32 +1006,26 @@ impl TextTokenizer {
         self.bos_token_id
     }
 
-    /// transformers 5.19's `special_tokens_map`, in its order.
+    /// The generation's named special tokens that are strings
+    /// (`special_tokens_map` without `additional_special_tokens`), in its order.
     pub fn special_tokens(&self) -> &[(String, String)] {
         &self.special_tokens
     }
-}
 
-/// `AutoTokenizer.from_pretrained`'s choice of class: `tokenizer_config.json`'s
-/// `tokenizer_class`, refused when it is missing beside a `config.json` (then
-/// transformers resolves it from the model type) or its rebuild is not modelled.
-fn tokenizer_class(
-    config: &TokenizerConfig,
-    has_model_config: bool,
-) -> Result<TokenizerClass, String> {
-    let declared = config.declared_class();
-    if declared.is_none() && has_model_config {
-        return Err("tokenizer_config.json names no tokenizer_class: transformers would pick the class from \
-                    config.json's model_type, which prefill-guard does not model"
-            .into());
+    /// The template variables the generation's `apply_chat_template` spreads
+    /// (`{**special_tokens_map, **kwargs}`): under transformers 4 these
+    /// include `additional_special_tokens`, a list.
+    pub fn template_variables(&self) -> &[(String, Value)] {
+        &self.template_variables
     }
-    TokenizerClass::from_declared(declared).ok_or_else(|| {
-        format!(
-            "tokenizer_class {:?}: transformers 5.19 rebuilds this class from tokenizer.json in a way \
-             prefill-guard does not model, so its counts could not be shown exact",
-            declared.unwrap_or_default()
-        )
-    })
+
+    /// Loaded with `split_special_tokens`: special-token spellings count as
+    /// plain text.
+    pub fn splits_special_tokens(&self) -> bool {
+        self.inner
+            .get_added_vocabulary()
+            .get_encode_special_tokens()
+    }
 }
 
 /// `TokenizersBackend.convert_to_native_format` (with `_from_pretrained`'s
@@ -763,39 +1163,14 @@ fn write_added_tokens(
 /// rebuilds the post-processor only when that changes it (transformers'
 /// `update_post_processor`). `add_eos_token` is forced to false for fast
 /// tokenizers, i.e. never changes.
-fn fix_v5_add_bos_eos_token(
-    inner: &mut Tokenizer,
-    config: &TokenizerConfig,
-    bos: Option<&str>,
-    bos_token_id: Option<u32>,
-) -> Result<(), String> {
+fn fix_v5_add_bos_eos_token(config: &TokenizerConfig, bos: Option<String>) -> Option<PostSpec> {
     let add_bos = match config.get("add_bos_token") {
         None | Some(Value::Null) => true,
         Some(v) => py::truthy(v),
     };
-    if !add_bos {
-        return Ok(());
-    }
-    let post = match (bos, bos_token_id) {
-        (Some(b), Some(id)) => json!({
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": b, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": b, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {b: {"id": b, "ids": [id], "tokens": [b]}}
-        }),
-        // `update_post_processor`: no BOS token → add_bos_token is turned off.
-        _ => json!({
-            "type": "TemplateProcessing",
-            "single": [{"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {}
-        }),
-    };
-    let post: tokenizers::processors::PostProcessorWrapper =
-        serde_json::from_value(post).map_err(|e| format!("BOS post-processor: {e}"))?;
-    inner.with_post_processor(Some(post));
-    Ok(())
+    // `update_post_processor`: no BOS token (or none in the vocabulary) →
+    // add_bos_token is turned off.
+    add_bos.then_some(PostSpec::BosIfKnown(bos))
 }
 
 /// Rewrites a `tokenizer.json` document into what the class `__init__` builds,
@@ -889,4 +1264,176 @@ fn rebuild_for_class(
         doc.insert("pre_tokenizer".into(), pre);
     }
     Ok(())
+}
+
+/// Every generation's tokenizer for one directory. Each generation's plan is
+/// made at load (so a generation the guard does not model is known then);
+/// a pipeline is built once, on first use, and shared by every generation
+/// whose plan is the same (one [`TextTokenizer::id`]).
+pub struct Generations {
+    sources: Sources,
+    slots: Vec<(Transformers, Result<Slot, String>)>,
+    /// Distinct plans (compared canonically) and their pipelines.
+    builds: Vec<(Plan, OnceLock<Result<Core, String>>)>,
+}
+
+struct Slot {
+    facts: Facts,
+    /// Index into `builds`; `None` without a `tokenizer.json`.
+    build: Option<usize>,
+    view: OnceLock<Result<TextTokenizer, String>>,
+}
+
+impl Generations {
+    /// Reads the directory and plans every generation; `eager`'s pipeline is
+    /// built now, from the document already in memory (its failure is not an
+    /// error here: [`Self::get`] reports it).
+    pub fn load(dir: &Path, eager: Option<Transformers>) -> Result<Self, LoadError> {
+        let (sources, parts) = Sources::read(dir)?;
+        let mut builds: Vec<(Plan, OnceLock<Result<Core, String>>)> = Vec::new();
+        let mut canon: Vec<Plan> = Vec::new();
+        let mut slots = Vec::new();
+        for gen in Transformers::ALL {
+            let slot = sources.plan(gen).map(|(plan, facts)| {
+                let build = plan.map(|plan| {
+                    let c = plan.canonical();
+                    match canon.iter().position(|p| *p == c) {
+                        Some(i) => i,
+                        None => {
+                            canon.push(c);
+                            builds.push((plan, OnceLock::new()));
+                            builds.len() - 1
+                        }
+                    }
+                });
+                Slot {
+                    facts,
+                    build,
+                    view: OnceLock::new(),
+                }
+            });
+            slots.push((gen, slot));
+        }
+        let this = Generations {
+            sources,
+            slots,
+            builds,
+        };
+        if let (Some(gen), Some(parts)) = (eager, parts) {
+            if let Some(Ok(Slot { build: Some(i), .. })) = this.slot(gen) {
+                let (plan, cell) = &this.builds[*i];
+                let _ = cell.set(Core::build(plan, parts));
+            }
+        }
+        Ok(this)
+    }
+
+    fn slot(&self, gen: Transformers) -> Option<&Result<Slot, String>> {
+        self.slots.iter().find(|(g, _)| *g == gen).map(|(_, s)| s)
+    }
+
+    /// The tokenizer `gen`'s releases load; `Ok(None)` without a
+    /// `tokenizer.json`; `Err` with the reason when that loading is not
+    /// modelled (or the build failed).
+    pub fn get(&self, gen: Transformers) -> Result<Option<&TextTokenizer>, String> {
+        let slot = self
+            .slot(gen)
+            .ok_or_else(|| format!("{gen}: not planned"))?
+            .as_ref()
+            .map_err(|e| format!("{gen}: {e}"))?;
+        let Some(i) = slot.build else {
+            return Ok(None);
+        };
+        slot.view
+            .get_or_init(|| {
+                let (plan, cell) = &self.builds[i];
+                let core = cell.get_or_init(|| {
+                    let parts = self.sources.reread_vocab()?;
+                    Core::build(plan, parts)
+                });
+                core.as_ref()
+                    .map(|c| c.view(&slot.facts, gen))
+                    .map_err(|e| format!("{gen}: {e}"))
+            })
+            .as_ref()
+            .map(Some)
+            .map_err(Clone::clone)
+    }
+
+    /// The variables `gen`'s `apply_chat_template` spreads from
+    /// `special_tokens_map` (known without a `tokenizer.json` too).
+    pub fn template_variables(&self, gen: Transformers) -> Result<&[(String, Value)], String> {
+        match self.slot(gen) {
+            Some(Ok(slot)) => Ok(&slot.facts.template_variables),
+            Some(Err(e)) => Err(format!("{gen}: {e}")),
+            None => Err(format!("{gen}: not planned")),
+        }
+    }
+
+    /// The generations that load one pipeline, for each distinct pipeline
+    /// (refused generations left out).
+    pub fn sharing(&self) -> Vec<Vec<Transformers>> {
+        let mut out: Vec<Vec<Transformers>> = vec![Vec::new(); self.builds.len()];
+        for (gen, slot) in &self.slots {
+            if let Ok(Slot { build: Some(i), .. }) = slot {
+                out[*i].push(*gen);
+            }
+        }
+        out
+    }
+
+    /// `tokenizer.json`'s path.
+    pub fn path(&self) -> &Path {
+        &self.sources.path
+    }
+
+    /// The directory has a `tokenizer.json`.
+    pub fn has_tokenizer_json(&self) -> bool {
+        self.sources.skeleton.is_some()
+    }
+}
+
+/// transformers 5.3+ with SGLang's v5 fixes (`TokenizersBackend.convert_to_native_format`,
+/// the class `__init__`, `_fix_v5_tokenizer_components`, `_fix_v5_add_bos_eos_token`).
+fn plan_v5(src: &Sources, class: TokenizerClass) -> Result<(Option<Plan>, Facts), String> {
+    let config = &src.config;
+    let special_tokens = config.special_tokens_map(class);
+    let bos = special_tokens
+        .iter()
+        .find(|(k, _)| k == "bos_token")
+        .map(|(_, v)| v.clone());
+    let facts = Facts {
+        template_variables: special_tokens
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+        bos: bos.clone(),
+    };
+    let Some(skeleton) = &src.skeleton else {
+        return Ok((None, facts));
+    };
+    if config.get("fix_mistral_regex").is_some_and(py::truthy) {
+        return Err(
+            "fix_mistral_regex is set: transformers patches the pre-tokenizer, not modelled".into(),
+        );
+    }
+    let mut doc = skeleton.clone();
+    let (base_added, mut to_add) = convert_to_native_format(&mut doc, config, class)?;
+    add_missing_special_tokens(&mut to_add, &base_added, &special_tokens, config);
+    let api_added = write_added_tokens(&mut doc, base_added, to_add);
+    let post = if generation::restores_bos_flag(config.declared_class()) {
+        fix_v5_add_bos_eos_token(config, bos)
+    } else {
+        None
+    };
+    Ok((
+        Some(Plan {
+            skeleton: doc,
+            api_added,
+            add_if_missing: Vec::new(),
+            post,
+            encode_special_tokens: config.split_special_tokens()?,
+        }),
+        facts,
+    ))
 }
