@@ -626,7 +626,7 @@ def fmt_statuses(res: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: seconds-long runs")
-    ap.add_argument("--targets", default="direct,envoy,nginx,guard,router,naive")
+    ap.add_argument("--targets", default="direct,envoy,nginx,guard,guard-release,router,naive")
     ap.add_argument("--workloads", default="1k,32k,600k,1M,agent")
     ap.add_argument("--no-flood", action="store_true")
     ap.add_argument("--out", default=str(REPO / "target" / "bench"))
@@ -712,6 +712,17 @@ def main() -> None:
             *os.environ.get("BENCH_GUARD_ARGS", "").split(),
         ], logs)
         targets.append(Target("guard", "prefill-guard", port, p, admin=admin))
+    if "guard-release" in chosen:
+        # The same guard told the server's release: one family's count. The
+        # plain `guard` states none, so it counts every family's prompt (the
+        # largest wins); the two side by side give what that costs.
+        port, admin = free_port(), free_port()
+        p = start("guard-release", [
+            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
+            "--sglang-version", "0.5.23", *os.environ.get("BENCH_GUARD_ARGS", "").split(),
+        ], logs)
+        targets.append(Target("guard-release", "prefill-guard, release stated (0.5.23)", port, p, admin=admin))
     if "router" in chosen:
         port = free_port()
         p = start("router", [
@@ -954,6 +965,15 @@ def targets_met(results: dict) -> list[str]:
         if failed:
             context += f"; {failed} requests not answered 2xx"
         row("1k chat: added p99 < 1 ms at moderate load", f"{add:.2f} ms{context}", add < 1 and not failed)
+    for name in ("1k", "32k"):
+        wl = W.get(name, {})
+        g, one = wl.get("guard"), wl.get("guard-release")
+        if g and one and g["throughput"]["requests"] and one["throughput"]["requests"]:
+            cpu = g["throughput"]["cpu_s"] / g["throughput"]["requests"]
+            cpu_one = one["throughput"]["cpu_s"] / one["throughput"]["requests"]
+            r = cpu / cpu_one
+            row(f"{name} chat, release not stated (every family counted): CPU/request ≤ 1.2× one release's",
+                f"{cpu * 1e3:.3f} vs {cpu_one * 1e3:.3f} ms = {r:.2f}×", r <= 1.2)
     enc = results.get("encode", {})
     for name, label, factor in (("600k", "600k under the limit: decided in ≤ 0.6× one single-threaded encode", 0.6),
                                 ("1M", "1M over the limit: refused faster than one full encode", 1.0)):

@@ -286,7 +286,7 @@ pub fn template(templates: &Templates, data: &[u8]) {
             .get("add_generation_prompt")
             .and_then(Value::as_bool)
             .unwrap_or(true),
-        special_tokens: specials,
+        special_tokens: &prefill_guard::count::template::string_variables(specials),
         extra: request
             .get("chat_template_kwargs")
             .and_then(Value::as_object)

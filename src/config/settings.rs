@@ -270,8 +270,13 @@ pub struct ServerSettings {
     /// SGLang's --tokenizer-path, stated when the guard's tokenizer is that tokenizer.
     #[arg(long, env = "PREFILL_GUARD_TOKENIZER_PATH")]
     pub tokenizer_path: Option<String>,
-    /// The prefill server's SGLang version (its /server_info `version`, e.g. 0.5.19): tools are
-    /// dumped differently before 0.5.23. Unset without discovery: counted both ways, the larger wins.
+    /// SGLang's --model-path (the server picks some conversation templates from it). Unset
+    /// without discovery: the guard's tokenizer directory stands for it.
+    #[arg(long, env = "PREFILL_GUARD_MODEL_PATH")]
+    pub model_path: Option<String>,
+    /// The prefill server's SGLang release (its /server_info `version`, e.g. 0.5.11), which decides
+    /// how prompts are built. Unset without discovery: any release from 0.4.5 on, every one counted,
+    /// the largest count wins.
     #[arg(long, env = "PREFILL_GUARD_SGLANG_VERSION", value_name = "VERSION")]
     pub sglang_version: Option<String>,
     /// An environment value of the SGLang server that changes prompt ids, NAME=VALUE
@@ -372,6 +377,7 @@ impl ServerSettings {
             ("hf_chat_template_name", &self.hf_chat_template_name),
             ("completion_template", &self.completion_template),
             ("tokenizer_path", &self.tokenizer_path),
+            ("model_path", &self.model_path),
             ("version", &self.sglang_version),
         ] {
             if let Some(v) = value {

@@ -460,7 +460,7 @@ impl Build {
                 tools: None,
                 documents: None,
                 add_generation_prompt: true,
-                special_tokens: &self.files.special_tokens,
+                special_tokens: self.template_variables()?,
                 extra: &extra,
                 now: clock.now(),
             })

@@ -34,7 +34,7 @@ pub use model::ModelFiles;
 pub use release::{Release, Releases};
 pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
-pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig};
+pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig, Transformers};
 
 use encoder::{dsv32, dsv4, glm53};
 use preprocess::{ChatInputs, Prepared};
@@ -246,6 +246,8 @@ struct Build {
     releases: Vec<Release>,
     /// Their chat rules (equal for every family here).
     rules: ChatRules,
+    /// The `transformers` their releases load the tokenizer with.
+    generation: Transformers,
     encoder: Encoder,
     /// Equal for builds whose encoders are the same ([`Encoder::same_as`]).
     encoder_key: u64,
@@ -722,6 +724,18 @@ impl Build {
         earlier: &[Build],
     ) -> Result<Self, Vec<Unmodelled>> {
         let selected = encoder::select(files, server, release)?;
+        if let Err(why) = files.tokenizer_for(release.transformers()) {
+            return Err(vec![Unmodelled {
+                setting: "version",
+                value: release.range(),
+                why: format!(
+                    "SGLang {} loads this tokenizer with transformers {} in a way the guard does not \
+                     reproduce: {why}",
+                    release.range(),
+                    release.transformers().name()
+                ),
+            }]);
+        }
         if release < Release::V0523 {
             let why = match &selected.encoder {
                 Encoder::Dsv4 { .. } => Some(
@@ -749,6 +763,7 @@ impl Build {
             return Ok(Self {
                 releases: vec![release],
                 rules: release.chat_rules(),
+                generation: release.transformers(),
                 content_format: selected.content_format,
                 ..same.clone()
             });
@@ -792,6 +807,7 @@ impl Build {
             server: server.clone(),
             releases: vec![release],
             rules: release.chat_rules(),
+            generation: release.transformers(),
             encoder: selected.encoder,
             encoder_key: earlier.len() as u64,
             content_format: selected.content_format,
@@ -863,7 +879,11 @@ impl Build {
 
     /// The identity of the tokenizer this build counts text with.
     fn tokenizer_id(&self) -> u64 {
-        self.files.tokenizer.as_ref().map_or(0, TextTokenizer::id)
+        self.files
+            .tokenizer_for(self.generation)
+            .ok()
+            .flatten()
+            .map_or(0, TextTokenizer::id)
     }
 
     /// The chat preprocessing options of `/v1/chat/completions` for this model.
@@ -999,8 +1019,18 @@ impl Build {
         Ok(self.chat_prompt(&inputs, clock)?.text)
     }
 
+    /// What the release's `apply_chat_template` spreads from the tokenizer.
+    fn template_variables(&self) -> Result<&[(String, Value)], CountError> {
+        self.files
+            .template_variables_for(self.generation)
+            .map_err(CountError::Unsupported)
+    }
+
     fn tokenizer(&self) -> Result<&TextTokenizer, CountError> {
-        self.files.tokenizer.as_ref().ok_or(CountError::NoTokenizer)
+        self.files
+            .tokenizer_for(self.generation)
+            .map_err(CountError::Unsupported)?
+            .ok_or(CountError::NoTokenizer)
     }
 
     fn content_format(&self) -> ContentFormat {
@@ -1374,11 +1404,7 @@ impl Build {
     /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
     /// non-empty, else the default (`True`, which then adds nothing).
     fn template_text(&self, text: String) -> ChatPrompt {
-        let add_special_tokens = self
-            .files
-            .tokenizer
-            .as_ref()
-            .is_none_or(|t| !t.auto_adds_specials());
+        let add_special_tokens = self.tokenizer().map_or(true, |t| !t.auto_adds_specials());
         ChatPrompt {
             text,
             add_special_tokens,
@@ -1446,7 +1472,7 @@ impl Build {
             tools: inputs.tools.as_ref(),
             documents: args.documents.as_ref(),
             add_generation_prompt: true,
-            special_tokens: &self.files.special_tokens,
+            special_tokens: self.template_variables()?,
             extra: &args.extra,
             now,
         };

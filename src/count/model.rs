@@ -9,9 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::serving::Arch;
-use super::tokenizer::{
-    read_json, Generations, TextTokenizer, TokenizerClass, TokenizerConfig, Transformers,
-};
+use super::tokenizer::{read_json, Generations, TextTokenizer, TokenizerConfig, Transformers};
 use super::LoadError;
 
 /// transformers' `CHAT_TEMPLATE_DIR`.
@@ -39,8 +37,6 @@ pub struct ModelFiles {
     /// other generations' are [`ModelFiles::tokenizer_for`].
     pub(super) tokenizer: Option<TextTokenizer>,
     pub(super) config: TokenizerConfig,
-    /// transformers 5.19's `special_tokens_map`, spread into the template variables.
-    pub(super) special_tokens: Vec<(String, String)>,
     /// Every generation's tokenizer, built on first use and shared where
     /// the rewritten `tokenizer.json` is the same.
     generations: Generations,
@@ -88,13 +84,6 @@ impl ModelFiles {
         } else {
             None
         };
-        let special_tokens = match &tokenizer {
-            Some(t) => t.special_tokens().to_vec(),
-            None => config.special_tokens_map(
-                TokenizerClass::from_declared(config.declared_class())
-                    .unwrap_or(TokenizerClass::Backend),
-            ),
-        };
         let templates = checkpoint_templates(dir, &config)?;
         let processor_template = match read_json(&dir.join("chat_template.json"))? {
             Some(v) => v["chat_template"].as_str().map(str::to_owned),
@@ -117,7 +106,6 @@ impl ModelFiles {
         Ok(Self {
             tokenizer,
             config,
-            special_tokens,
             templates,
             processor_template,
             arch,

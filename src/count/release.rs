@@ -17,6 +17,8 @@
 
 use serde_json::Value;
 
+use super::tokenizer::Transformers;
+
 /// The SGLang release the guard's counts are checked against (the goldens').
 pub const REFERENCE_VERSION: &str = "0.5.23";
 
@@ -174,6 +176,13 @@ impl Release {
                 }
             }
         }
+    }
+
+    /// The `transformers` the family's releases pin, as far as it loads
+    /// tokenizers differently.
+    pub fn transformers(self) -> Transformers {
+        let Version(a, b, c, post) = self.first();
+        Transformers::of_sglang((a, b, c), post).expect("every family is 0.4.5 or later")
     }
 
     /// The chat rules of the family (see [`ChatRules`]).

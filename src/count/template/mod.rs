@@ -71,8 +71,11 @@ pub struct RenderContext<'a> {
     pub tools: Option<&'a Value>,
     pub documents: Option<&'a Value>,
     pub add_generation_prompt: bool,
-    /// The tokenizer's named special tokens (`bos_token`, ...), only those set.
-    pub special_tokens: &'a [(String, String)],
+    /// What `apply_chat_template` spreads from the tokenizer's
+    /// `special_tokens_map`: the named special tokens (`bos_token`, ...),
+    /// only those set, and under transformers 4 the
+    /// `additional_special_tokens` list.
+    pub special_tokens: &'a [(String, Value)],
     /// The template variables from the kwargs: `reasoning_effort` and then the
     /// request's `chat_template_kwargs`, later keys winning, with
     /// `apply_chat_template`'s own arguments already taken out
@@ -189,7 +192,7 @@ impl ChatTemplate {
             ctx.add_generation_prompt.into(),
         ));
         for (k, v) in ctx.special_tokens {
-            vars.push((k.as_str().into(), v.as_str().into()));
+            vars.push((k.as_str().into(), conv(v)?));
         }
         for (k, v) in ctx.extra {
             vars.push((k.as_str().into(), conv(v)?));
@@ -303,4 +306,12 @@ fn to_value(v: &Value, depth: usize) -> Result<minijinja::Value, Error> {
             minijinja::Value::from_object(pyobj::PyDict(pairs))
         }
     })
+}
+
+/// Template variables of string values (the named special tokens).
+pub fn string_variables(pairs: &[(String, String)]) -> Vec<(String, Value)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
 }

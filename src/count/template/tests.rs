@@ -18,7 +18,7 @@ fn render_with(
     tools: Option<&Value>,
     documents: Option<&Value>,
     add_generation_prompt: bool,
-    special_tokens: &[(String, String)],
+    special_tokens: &[(String, Value)],
     extra: &Map<String, Value>,
 ) -> Result<String, TemplateError> {
     let tmpl = ChatTemplate::new(src)?;
@@ -58,12 +58,12 @@ fn snippets_match_jinja2() {
     }
     for (src, ctx, want) in SPECIAL {
         let ctx: Value = serde_json::from_str(ctx).expect("special context");
-        let special: Vec<(String, String)> = ctx
+        let special: Vec<(String, Value)> = ctx
             .get("special_tokens")
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
-                    .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].as_str()?.to_string())))
+                    .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].clone())))
                     .collect()
             })
             .unwrap_or_default();
@@ -128,16 +128,11 @@ fn fixture_templates_match_transformers() {
         let dir = shared.join("tokenizers").join(name);
         let tmpl = ChatTemplate::new(&load_fixture_template(&dir))
             .unwrap_or_else(|e| panic!("{name}: template does not compile: {e}"));
-        let special: Vec<(String, String)> = fx["special_tokens"]
+        let special: Vec<(String, Value)> = fx["special_tokens"]
             .as_array()
             .expect("special tokens")
             .iter()
-            .map(|p| {
-                (
-                    p[0].as_str().unwrap_or_default().to_string(),
-                    p[1].as_str().unwrap_or_default().to_string(),
-                )
-            })
+            .map(|p| (p[0].as_str().unwrap_or_default().to_string(), p[1].clone()))
             .collect();
         for case in cases {
             let case_name = case["name"].as_str().expect("case name");
@@ -204,7 +199,7 @@ fn content_format_matches_sglang() {
 
 /// The named special tokens of `tokenizer_config.json` (string or AddedToken),
 /// as `gen_fixtures.py` extracts them.
-fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, String)> {
+fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, Value)> {
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("tokenizer_config.json"))
             .expect("read tokenizer_config.json"),
@@ -219,7 +214,7 @@ fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, String)> {
             let s = v
                 .as_str()
                 .or_else(|| v.get("content").and_then(Value::as_str))?;
-            Some((k.clone(), s.to_string()))
+            Some((k.clone(), Value::String(s.to_string())))
         })
         .collect()
 }
@@ -536,7 +531,7 @@ fn unicode_ascii_fast_paths_agree_with_tables() {
 fn simple_ctx<'a>(
     messages: &'a Value,
     extra: &'a Map<String, Value>,
-    special: &'a [(String, String)],
+    special: &'a [(String, Value)],
 ) -> RenderContext<'a> {
     RenderContext {
         messages,
@@ -597,7 +592,7 @@ fn kwargs_override_special_tokens() {
     let mut extra = Map::new();
     extra.insert("bos_token".into(), Value::String(String::new()));
     extra.insert("raise_exception".into(), Value::String("shadowed".into()));
-    let special = [("bos_token".to_string(), "<s>".to_string())];
+    let special = [("bos_token".to_string(), Value::String("<s>".into()))];
     let tmpl = ChatTemplate::new("[{{ bos_token }}|{{ raise_exception }}]").expect("compiles");
     assert_eq!(
         tmpl.render(&simple_ctx(&Value::Array(vec![]), &extra, &special))

@@ -68,9 +68,12 @@ on a template-less tokenizer (the qwen2.5 fixture with chat_template None;
 model_type "qwen3", architectures ["X"], model path "m", as gen_chat_api's
 Env) whose `apply_chat_template` only records and answers "" / [] (and
 raises transformers' "Cannot apply chat template to an empty conversation."
-on an empty one); per setting, V's `supports_inline_system` (0.5.22+; earlier
-releases have no such attribute and ignore it) and the template manager's
-content format are set before `AnthropicServing` is built.
+on an empty one); per setting, the template manager's content format and
+V's inline-system reading are set: `supports_inline_system` of the chat and
+responses handlers (0.5.22+) before `AnthropicServing` is built, and
+`AnthropicServing._merge_inline_system` (0.5.15+; 0.5.15-0.5.21 compute it
+in its constructor from the template). Releases before 0.5.15 have neither
+and ignore the setting.
 
 Fixture counts: per fixture with a tokenizer.json and a chat template, V's
 own `get_tokenizer`, V's template detection (content format, inline-system
@@ -333,6 +336,11 @@ class Stack:
         if inline is not None and hasattr(self.resp, "supports_inline_system"):
             self.resp.supports_inline_system = inline
         self.anth = an.AnthropicServing(self.chat) if ROUTES["anthropic"] else None
+        if inline is not None and self.anth is not None and hasattr(self.anth, "_merge_inline_system"):
+            # 0.5.15-0.5.21 probe the template themselves in AnthropicServing.__init__
+            # (detect_inline_system_support(tokenizer.chat_template)); 0.5.22+ read
+            # the chat handler's supports_inline_system (set above): same attribute.
+            self.anth._merge_inline_system = not inline
         self.ollama = ol.OllamaServing(self.tm) if ROUTES["ollama"] else None
         self.setup = {"content_format": self.templates.jinja_template_content_format,
                       "supports_inline_system": getattr(self.chat, "supports_inline_system", None),

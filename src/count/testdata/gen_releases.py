@@ -68,7 +68,7 @@ the fixture with the profile's config_json architecture and its server_info
 flags set on V's ServerArgs; a flag V's ServerArgs lacks gives "flag absent",
 a parser or template name V would refuse at start-up gives "not startable".
 
-One step is patched, not the prompt (as gen_versions.py does): xgrammar is
+One step is patched, not the prompt: xgrammar is
 stubbed, so `convert_json_schema_to_str` of its structural tag (reached after
 the prompt is built, with a parser and a named tool_choice) returns "{}"
 (also when that tag's dump holds an iterator json cannot serialize, 0.5.12)
