@@ -596,6 +596,7 @@ hf_chat_template_name = "tool_use"
 completion_template = "deepseek_coder"
 trust_request_chat_template = true
 tokenizer_path = "/models/m"
+model_path = "/models/m"
 sglang_version = "0.5.19"
 sglang_env = { SGLANG_DEFAULT_THINKING = "false" }
 "#;
