@@ -184,6 +184,6 @@ fn count_file(
     Ok(if request.batch {
         json!({ "tokens": counts })
     } else {
-        json!({ "tokens": counts[0] })
+        json!({ "tokens": counts.first().copied().unwrap_or(0) })
     })
 }

@@ -464,3 +464,46 @@ async fn responses_that_older_releases_build_longer_are_refused_in_front_of_them
     .await;
     assert_eq!(live.g.post("/v1/responses", &reasoning).await.status, 200);
 }
+
+/// A static guard that states no release may be in front of any from 0.4.5
+/// on: the chat-shaped APIs that releases before 0.5.18 build otherwise are
+/// refused (naming `sglang_version`), nothing is forwarded, and chat is
+/// served; once the release is stated, the same requests are counted.
+#[tokio::test]
+async fn without_a_stated_version_chat_apis_older_releases_build_otherwise_are_refused() {
+    let responses = json!({"model": MODEL, "input": "hello"});
+    let messages = json!({"model": MODEL, "max_tokens": 8,
+                          "messages": [{"role": "user", "content": "hello"}]});
+    let unknown = start_live("max_req_input_len = 100\n").await;
+    let before = unknown.g.mock.state.count();
+    for (path, body) in [("/v1/responses", &responses), ("/v1/messages", &messages)] {
+        let a = unknown.g.post(path, body).await;
+        assert_eq!(
+            a.status,
+            400,
+            "{path}: {}",
+            String::from_utf8_lossy(&a.body)
+        );
+        let text = String::from_utf8_lossy(&a.body).to_string();
+        assert!(
+            text.contains("is not modelled for SGLang") && text.contains("sglang_version"),
+            "{path}: {text}"
+        );
+    }
+    assert_eq!(unknown.g.mock.state.count(), before, "nothing forwarded");
+    assert_eq!(
+        unknown
+            .g
+            .post("/v1/chat/completions", &chat(3))
+            .await
+            .status,
+        200
+    );
+
+    // /v1/messages is built as 0.5.19 builds it from 0.5.17 on; /v1/responses from 0.5.18.
+    let stated = start_live("max_req_input_len = 100\nsglang_version = \"0.5.17\"\n").await;
+    assert_eq!(stated.g.post("/v1/messages", &messages).await.status, 200);
+    assert_eq!(stated.g.post("/v1/responses", &responses).await.status, 400);
+    let stated = start_live("max_req_input_len = 100\nsglang_version = \"0.5.18\"\n").await;
+    assert_eq!(stated.g.post("/v1/responses", &responses).await.status, 200);
+}

@@ -305,29 +305,39 @@ impl Build {
         }
     }
 
-    /// The chat-shaped APIs are modelled from 0.5.18 on (each release's own
-    /// handler was run on 0.5.19 to 0.5.23); before the release that added
-    /// one, the server answers 404 (a refusal here: SGLang's own).
+    /// Where each chat-shaped API is modelled, from running every release's
+    /// own handler on the conversion corpus
+    /// (`src/count/testdata/gen_chat_api_releases.py`): `/v1/responses` from
+    /// 0.5.18 (before, failed conversions fall back to a prompt of the
+    /// items' Python `repr`, and client kwargs are dropped); `/v1/messages`
+    /// from 0.5.17 (before, whitespace-only system text is kept and 0.5.9
+    /// joins tool results with newlines); Ollama's `/api/chat` wherever it
+    /// exists (0.5.7-0.5.9 build 0.5.23's prompt; 0.5.10-0.5.22 fail every
+    /// request before tokenizing, so counting it is harmless). Before the
+    /// release that added a route the server answers 404: SGLang's own
+    /// refusal.
     fn refuse_unmodelled_api(&self, api: ChatApi) -> Result<(), CountError> {
-        use super::Release::{V0501, V0507, V0509, V0518};
-        let (route, first) = match api {
-            ChatApi::Responses => ("/v1/responses", V0501),
-            ChatApi::Anthropic => ("/v1/messages", V0509),
-            ChatApi::Ollama => ("/api/chat", V0507),
+        use super::Release::{V0501, V0507, V0509, V0517, V0518};
+        let (route, added, modelled) = match api {
+            ChatApi::Responses => ("/v1/responses", V0501, V0518),
+            ChatApi::Anthropic => ("/v1/messages", V0509, V0517),
+            ChatApi::Ollama => ("/api/chat", V0507, V0507),
         };
         let newest = self.releases[0];
         let oldest = *self.releases.last().expect("a build has a release");
-        if newest < first {
+        if newest < added {
             return Err(CountError::invalid(format!(
                 "SGLang {} has no {route} route",
                 newest.range()
             )));
         }
-        if oldest < V0518 {
+        if oldest < modelled && oldest >= added {
             return Err(CountError::Unsupported(format!(
-                "{route} is not modelled for SGLang {} (its handler builds prompts the guard was not checked \
-                 against); use /v1/chat/completions, or state sglang_version when the server is 0.5.18 or later",
-                oldest.range()
+                "{route} is not modelled for SGLang {} (its handler builds prompts the guard does not \
+                 reproduce there); use /v1/chat/completions, or state sglang_version when the server is \
+                 {} or later",
+                oldest.range(),
+                modelled.first()
             )));
         }
         Ok(())
@@ -347,7 +357,10 @@ impl Build {
             // `previous_response_id` prepends its history.
             enable_response_store: self.server.enable_response_store
                 || self.releases.iter().any(|r| *r < super::Release::V0520),
-            disaggregated: self.server.disaggregated,
+            // Before 0.5.20 PD mode does not stop built-in tool calls (the
+            // PD refusals came with 0.5.20): a tool may run and prefill again.
+            disaggregated: self.server.disaggregated
+                && self.releases.iter().all(|r| *r >= super::Release::V0520),
             tool_server: self.server.harmony_tool_server(),
         };
         // The server's local date; the count does not depend on it (a date is

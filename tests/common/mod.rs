@@ -264,6 +264,9 @@ pub struct Options {
     pub media: MediaBounds,
     /// Also serve the gRPC listener (ext_authz, ext_proc, health) on `127.0.0.1:0`.
     pub grpc: bool,
+    /// `sglang_version`: the tests check 0.5.23's semantics unless they say
+    /// otherwise; `None` is a guard that may be in front of any release.
+    pub sglang_version: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -279,6 +282,7 @@ impl Default for Options {
             allow_routes: Vec::new(),
             media: MediaBounds::default(),
             grpc: false,
+            sglang_version: Some("0.5.23"),
         }
     }
 }
@@ -347,6 +351,10 @@ pub async fn start(opts: Options) -> Guarded {
             multimodal_image_tokens: opts.media.image,
             multimodal_video_tokens: opts.media.video,
             multimodal_audio_tokens: opts.media.audio,
+            server: prefill_guard::config::ServerSettings {
+                sglang_version: opts.sglang_version.map(str::to_owned),
+                ..Default::default()
+            },
             ..RawModel::default()
         },
         ..RawConfig::default()
@@ -573,7 +581,8 @@ pub struct Spawned {
 
 /// Writes a configuration for the binary into `dir`: the demo model,
 /// `upstream` (`host:port`), ephemeral ports and JSON logs, then the TOML
-/// lines of `extra`. Returns its path.
+/// lines of `extra`. Returns its path. The server is stated to run SGLang
+/// 0.5.23, whose semantics the tests check unless they say otherwise.
 #[allow(dead_code)]
 pub fn binary_config(
     dir: &std::path::Path,
@@ -587,7 +596,8 @@ pub fn binary_config(
         &config,
         format!(
             "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\n{extra}",
+             log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\n\
+             sglang_version = \"0.5.23\"\n{extra}",
             model.display().to_string()
         ),
     )

@@ -68,153 +68,20 @@ fn request_of(glue: &Value) -> (Vec<Value>, Option<Vec<Value>>) {
     (messages, tools)
 }
 
+/// Per release: (requests through the glue, the same as Python, refused on
+/// purpose).
+type Tally = (usize, usize, usize);
+
 #[test]
 fn every_release_matches_its_own_python() {
     let expected = compact_expected::load(EXPECTED, "dsv32_releases_expected.json");
     let tokenizer = fixture();
     let mut failures = Vec::new();
-    let mut per_release: BTreeMap<(u32, u32, u32), (usize, usize, usize)> = BTreeMap::new();
+    let mut per_release: BTreeMap<(u32, u32, u32), Tally> = BTreeMap::new();
     for (v, run) in expected.as_object().expect("releases") {
-        let release = Dsv32Serving::of_release(version(v)).expect("a release with the encoder");
+        // A post release shares its release's tally.
         let tally = per_release.entry(version(v)).or_default();
-        for case in run["cases"].as_array().expect("cases") {
-            let name = case["name"].as_str().unwrap_or("?");
-            let label = format!("{v} {} {name}", case["profile"].as_str().unwrap_or(""));
-            // The encoder file alone, on the arguments the release passed.
-            // (Skipped where the guard refuses on purpose: the recorded
-            // arguments hold integers the expected-values file reads as floats.)
-            let on_purpose = refused_on_purpose(release, name);
-            if let Some(enc) = case.get("encoder").filter(|_| !on_purpose) {
-                let flavor = Flavor {
-                    version: release.flavor().version,
-                    mode_is_enum: enc["mode_is_enum"].as_bool().expect("mode_is_enum"),
-                };
-                if flavor != release.flavor() {
-                    failures.push(format!(
-                        "{label}: called as {flavor:?}, modelled {:?}",
-                        release.flavor()
-                    ));
-                }
-                let mode = match enc["thinking_mode"].as_str() {
-                    Some("thinking") => ThinkingMode::Thinking,
-                    _ => ThinkingMode::Chat,
-                };
-                let drop = enc["kwargs"]
-                    .get("drop_thinking")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true);
-                let messages = enc["messages"].as_array().expect("messages");
-                let got = dsv32::encode_messages_as(flavor, messages, mode, None, drop, true);
-                match (&got, Output::of(&enc["output"]), enc["error"].as_str()) {
-                    (Ok(g), Some(w), _) if w.matches(g) => {}
-                    (Err(e), None, Some(w))
-                        if e.0 == w
-                            || (e.kind() == "JSONDecodeError"
-                                && w.starts_with("JSONDecodeError")) => {}
-                    _ => failures.push(format!(
-                        "{label}: encoder {}, Python {}",
-                        short(&format!("{got:?}")),
-                        short(&recorded(&enc["output"], &enc["error"]))
-                    )),
-                }
-            }
-            // The glue and the encoder, from the release's model_dump()s.
-            let Some(glue) = case.get("glue") else {
-                continue;
-            };
-            tally.0 += 1;
-            let (messages, tools) = request_of(glue);
-            let request = Dsv32Request {
-                messages: &messages,
-                tools: tools.as_deref(),
-                tools_reach_template: glue["tools_reach_template"].as_bool().expect("bool"),
-                thinking: Some(&glue["thinking"]).filter(|v| !v.is_null()),
-                default_thinking: false,
-                continue_final_message: glue["continue_final_message"].as_bool().expect("bool"),
-            };
-            let got = encode(release, &request);
-            // The same from the request body itself (`message_dumps`, `tool_dumps`).
-            if !name.starts_with("probe/numbers") {
-                let body: Value =
-                    serde_json::from_str(case["body"].as_str().expect("a body")).expect("JSON");
-                let body_messages = body["messages"].as_array().cloned().unwrap_or_default();
-                match crate::count::encoder::dsv32_serving::message_dumps(
-                    version(v),
-                    &body_messages,
-                ) {
-                    Ok(dumped) => {
-                        let body_tools = body["tools"].as_array().map(|t| {
-                            crate::count::encoder::dsv32_serving::tool_dumps(version(v), t)
-                        });
-                        let request = {
-                            let mut r = request;
-                            r.messages = &dumped;
-                            r.tools = body_tools.as_deref().filter(|_| r.tools.is_some());
-                            r
-                        };
-                        let again = encode(release, &request);
-                        let same = match (&got, &again) {
-                            (Ok(a), Ok(b)) => a == b,
-                            (Err(a), Err(b)) => a.kind() == b.kind(),
-                            _ => false,
-                        };
-                        if !same {
-                            failures.push(format!(
-                                "{label}: from the body {}, from the dumps {}",
-                                short(&format!("{again:?}")),
-                                short(&format!("{got:?}"))
-                            ));
-                        }
-                    }
-                    Err(e) if e.kind() == "Unmodelled" => {}
-                    Err(e) => failures.push(format!("{label}: dumps: {e}")),
-                }
-            }
-            if let (Some(enc), Ok(p)) = (case.get("encoder"), &got) {
-                let mode = if enc["thinking_mode"] == "thinking" {
-                    ThinkingMode::Thinking
-                } else {
-                    ThinkingMode::Chat
-                };
-                if p.thinking != mode {
-                    failures.push(format!("{label}: mode {:?}, Python {mode:?}", p.thinking));
-                }
-            }
-            let python_text = Output::of(&case["encoder"]["output"]);
-            match (&got, case["tokens"].as_u64(), python_text) {
-                (Ok(p), Some(tokens), Some(text)) if text.matches(&p.text) => {
-                    tally.1 += 1;
-                    if let Some(t) = &tokenizer {
-                        let n = count(t, p);
-                        if n != tokens as usize {
-                            failures.push(format!("{label}: {n} tokens, Python {tokens}"));
-                        }
-                    }
-                }
-                // Refused where Python counts, or refuses otherwise.
-                (Err(e), _, _) if e.kind() == "Unmodelled" && on_purpose => tally.2 += 1,
-                (Err(e), None, _) => {
-                    let want = case["encoder"]["error"]
-                        .as_str()
-                        .or(case["error"].as_str())
-                        .unwrap_or("");
-                    let same = e.0 == want
-                        || (e.kind() == "JSONDecodeError" && want.starts_with("JSONDecodeError"))
-                        || want.starts_with(&format!("{}: ", e.kind()));
-                    if same {
-                        tally.1 += 1;
-                    } else {
-                        failures.push(format!("{label}: {e}, Python {want}"));
-                    }
-                }
-                _ => failures.push(format!(
-                    "{label}: {}\n    Python {:?} {}",
-                    short(&format!("{got:?}")),
-                    case["tokens"],
-                    short(&recorded(&case["encoder"]["output"], &case["error"]))
-                )),
-            }
-        }
+        tally_release(v, run, tokenizer.as_ref(), tally, &mut failures);
     }
     for (v, (glued, same, refused)) in &per_release {
         println!("{v:?}: {glued} requests through the glue, {same} as Python, {refused} refused on purpose");
@@ -230,6 +97,197 @@ fn every_release_matches_its_own_python() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Every case one release ran, counted into `tally`.
+fn tally_release(
+    v: &str,
+    run: &Value,
+    tokenizer: Option<&Tokenizer>,
+    tally: &mut Tally,
+    failures: &mut Vec<String>,
+) {
+    let release = Dsv32Serving::of_release(version(v)).expect("a release with the encoder");
+    for case in run["cases"].as_array().expect("cases") {
+        check_case(v, release, case, tokenizer, tally, failures);
+    }
+}
+
+/// One case: the encoder file alone, then the glue and the encoder.
+fn check_case(
+    v: &str,
+    release: Dsv32Serving,
+    case: &Value,
+    tokenizer: Option<&Tokenizer>,
+    tally: &mut Tally,
+    failures: &mut Vec<String>,
+) {
+    let name = case["name"].as_str().unwrap_or("?");
+    let label = format!("{v} {} {name}", case["profile"].as_str().unwrap_or(""));
+    // Skipped where the guard refuses on purpose: the recorded arguments
+    // hold integers the expected-values file reads as floats.
+    let on_purpose = refused_on_purpose(release, name);
+    if let Some(enc) = case.get("encoder").filter(|_| !on_purpose) {
+        check_encoder_alone(&label, release, enc, failures);
+    }
+    // The glue and the encoder, from the release's model_dump()s.
+    let Some(glue) = case.get("glue") else {
+        return;
+    };
+    tally.0 += 1;
+    let (messages, tools) = request_of(glue);
+    let request = Dsv32Request {
+        messages: &messages,
+        tools: tools.as_deref(),
+        tools_reach_template: glue["tools_reach_template"].as_bool().expect("bool"),
+        thinking: Some(&glue["thinking"]).filter(|v| !v.is_null()),
+        default_thinking: false,
+        continue_final_message: glue["continue_final_message"].as_bool().expect("bool"),
+    };
+    let got = encode(release, &request);
+    if !name.starts_with("probe/numbers") {
+        check_from_the_body(v, &label, release, case, request, &got, failures);
+    }
+    if let (Some(enc), Ok(p)) = (case.get("encoder"), &got) {
+        let mode = if enc["thinking_mode"] == "thinking" {
+            ThinkingMode::Thinking
+        } else {
+            ThinkingMode::Chat
+        };
+        if p.thinking != mode {
+            failures.push(format!("{label}: mode {:?}, Python {mode:?}", p.thinking));
+        }
+    }
+    check_outcome(&label, case, &got, on_purpose, tokenizer, tally, failures);
+}
+
+/// The encoder file alone, on the arguments the release passed.
+fn check_encoder_alone(
+    label: &str,
+    release: Dsv32Serving,
+    enc: &Value,
+    failures: &mut Vec<String>,
+) {
+    let flavor = Flavor {
+        version: release.flavor().version,
+        mode_is_enum: enc["mode_is_enum"].as_bool().expect("mode_is_enum"),
+    };
+    if flavor != release.flavor() {
+        failures.push(format!(
+            "{label}: called as {flavor:?}, modelled {:?}",
+            release.flavor()
+        ));
+    }
+    let mode = match enc["thinking_mode"].as_str() {
+        Some("thinking") => ThinkingMode::Thinking,
+        _ => ThinkingMode::Chat,
+    };
+    let drop = enc["kwargs"]
+        .get("drop_thinking")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let messages = enc["messages"].as_array().expect("messages");
+    let got = dsv32::encode_messages_as(flavor, messages, mode, None, drop, true);
+    match (&got, Output::of(&enc["output"]), enc["error"].as_str()) {
+        (Ok(g), Some(w), _) if w.matches(g) => {}
+        (Err(e), None, Some(w))
+            if e.0 == w || (e.kind() == "JSONDecodeError" && w.starts_with("JSONDecodeError")) => {}
+        _ => failures.push(format!(
+            "{label}: encoder {}, Python {}",
+            short(&format!("{got:?}")),
+            short(&recorded(&enc["output"], &enc["error"]))
+        )),
+    }
+}
+
+/// The same request from the body itself (`message_dumps`, `tool_dumps`)
+/// encodes as it does from the release's dumps.
+fn check_from_the_body(
+    v: &str,
+    label: &str,
+    release: Dsv32Serving,
+    case: &Value,
+    request: Dsv32Request<'_>,
+    got: &Result<Dsv32Prompt, Dsv32Error>,
+    failures: &mut Vec<String>,
+) {
+    let body: Value = serde_json::from_str(case["body"].as_str().expect("a body")).expect("JSON");
+    let body_messages = body["messages"].as_array().cloned().unwrap_or_default();
+    match crate::count::encoder::dsv32_serving::message_dumps(version(v), &body_messages) {
+        Ok(dumped) => {
+            let body_tools = body["tools"]
+                .as_array()
+                .map(|t| crate::count::encoder::dsv32_serving::tool_dumps(version(v), t));
+            let request = {
+                let mut r = request;
+                r.messages = &dumped;
+                r.tools = body_tools.as_deref().filter(|_| r.tools.is_some());
+                r
+            };
+            let again = encode(release, &request);
+            let same = match (got, &again) {
+                (Ok(a), Ok(b)) => a == b,
+                (Err(a), Err(b)) => a.kind() == b.kind(),
+                _ => false,
+            };
+            if !same {
+                failures.push(format!(
+                    "{label}: from the body {}, from the dumps {}",
+                    short(&format!("{again:?}")),
+                    short(&format!("{got:?}"))
+                ));
+            }
+        }
+        Err(e) if e.kind() == "Unmodelled" => {}
+        Err(e) => failures.push(format!("{label}: dumps: {e}")),
+    }
+}
+
+/// The glue's prompt against Python's, its length against the recorded
+/// token count: counted as Python's, refused on purpose, or a failure.
+fn check_outcome(
+    label: &str,
+    case: &Value,
+    got: &Result<Dsv32Prompt, Dsv32Error>,
+    on_purpose: bool,
+    tokenizer: Option<&Tokenizer>,
+    tally: &mut Tally,
+    failures: &mut Vec<String>,
+) {
+    let python_text = Output::of(&case["encoder"]["output"]);
+    match (got, case["tokens"].as_u64(), python_text) {
+        (Ok(p), Some(tokens), Some(text)) if text.matches(&p.text) => {
+            tally.1 += 1;
+            if let Some(t) = tokenizer {
+                let n = count(t, p);
+                if n != tokens as usize {
+                    failures.push(format!("{label}: {n} tokens, Python {tokens}"));
+                }
+            }
+        }
+        // Refused where Python counts, or refuses otherwise.
+        (Err(e), _, _) if e.kind() == "Unmodelled" && on_purpose => tally.2 += 1,
+        (Err(e), None, _) => {
+            let want = case["encoder"]["error"]
+                .as_str()
+                .or(case["error"].as_str())
+                .unwrap_or("");
+            let same = e.0 == want
+                || (e.kind() == "JSONDecodeError" && want.starts_with("JSONDecodeError"))
+                || want.starts_with(&format!("{}: ", e.kind()));
+            if same {
+                tally.1 += 1;
+            } else {
+                failures.push(format!("{label}: {e}, Python {want}"));
+            }
+        }
+        _ => failures.push(format!(
+            "{label}: {}\n    Python {:?} {}",
+            short(&format!("{got:?}")),
+            case["tokens"],
+            short(&recorded(&case["encoder"]["output"], &case["error"]))
+        )),
+    }
 }
 
 #[test]

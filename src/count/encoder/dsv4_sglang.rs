@@ -374,6 +374,27 @@ fn tools_from_openai_format(tools: &Value) -> Result<Vec<&Value>, Dsv32Error> {
         .collect()
 }
 
+/// `tool_calls_from_openai_format(tool_calls)`: each call's function name
+/// and arguments.
+fn tool_calls_from_openai_format(tool_calls: &Value) -> Result<Vec<(&Value, &Value)>, Dsv32Error> {
+    let Value::Array(items) = tool_calls else {
+        return Err(error("TypeError", "tool_calls is not a list"));
+    };
+    items
+        .iter()
+        .map(|tc| {
+            let f = tc
+                .get("function")
+                .ok_or_else(|| error("KeyError", "'function'"))?;
+            let name = f.get("name").ok_or_else(|| error("KeyError", "'name'"))?;
+            let arguments = f
+                .get("arguments")
+                .ok_or_else(|| error("KeyError", "'arguments'"))?;
+            Ok((name, arguments))
+        })
+        .collect()
+}
+
 /// `encode_arguments_to_dsml(tool_call)`.
 fn encode_arguments_to_dsml(file: Dsv4File, arguments: &Value) -> Result<String, Dsv32Error> {
     let parsed;
@@ -502,14 +523,14 @@ struct Call {
 }
 
 /// `render_message(index, messages, thinking_mode, drop_thinking,
-/// reasoning_effort[, reasoning_effort_profile])`.
+/// reasoning_effort[, reasoning_effort_profile])`: the role branches are
+/// the `render_*` functions below it, in the Python's order.
 fn render_message(
     index: usize,
     messages: &[Value],
     last_user_idx: isize,
     call: Call,
 ) -> Result<String, Dsv32Error> {
-    let mut prompt = String::new();
     let msg = &messages[index];
     if !msg.is_object() {
         return Err(error(
@@ -518,127 +539,31 @@ fn render_message(
         ));
     }
     let role_v = get(msg, "role");
-    let content = get(msg, "content");
+    // Converted before the role is looked at: malformed tools or tool calls
+    // fail a message of any role.
     let tools = get(msg, "tools");
-    let response_format = get(msg, "response_format");
-    let tool_calls = get(msg, "tool_calls");
-    let reasoning_content = get(msg, "reasoning_content");
-    let wo_eos = py::truthy(get(msg, "wo_eos"));
-
     let tools = if py::truthy(tools) {
         Some(tools_from_openai_format(tools)?)
     } else {
         None
     };
-    // `tool_calls_from_openai_format`: each call's function name and arguments.
-    let tool_calls: Option<Vec<(&Value, &Value)>> = if py::truthy(tool_calls) {
-        let Value::Array(items) = tool_calls else {
-            return Err(error("TypeError", "tool_calls is not a list"));
-        };
-        Some(
-            items
-                .iter()
-                .map(|tc| {
-                    let f = tc
-                        .get("function")
-                        .ok_or_else(|| error("KeyError", "'function'"))?;
-                    let name = f.get("name").ok_or_else(|| error("KeyError", "'name'"))?;
-                    let arguments = f
-                        .get("arguments")
-                        .ok_or_else(|| error("KeyError", "'arguments'"))?;
-                    Ok((name, arguments))
-                })
-                .collect::<Result<_, Dsv32Error>>()?,
-        )
+    let tool_calls = get(msg, "tool_calls");
+    let tool_calls = if py::truthy(tool_calls) {
+        Some(tool_calls_from_openai_format(tool_calls)?)
     } else {
         None
     };
 
+    let mut prompt = String::new();
     if index == 0 && call.thinking {
         prompt += call.effort_prefix;
     }
-
-    let this_role = role_v.as_str();
-    match this_role {
-        Some("system") => {
-            prompt += &str_or_empty(content)?;
-            if let Some(tools) = &tools {
-                prompt += "\n\n";
-                prompt += &render_tools(tools);
-            }
-            if py::truthy(response_format) {
-                prompt += "\n\n";
-                prompt += &format(RESPONSE_FORMAT_TEMPLATE, &[("schema", &to_json(response_format))]);
-            }
-        }
-        Some("developer") => {
-            if !py::truthy(content) {
-                return Err(error(
-                    "AssertionError",
-                    format_args!("Invalid message for role `developer`: {}", py::message_str(msg)),
-                ));
-            }
-            let Value::String(content) = content else {
-                return Err(error("TypeError", "can only concatenate str (not \"list\") to str"));
-            };
-            prompt += USER_SP_TOKEN;
-            prompt += content;
-            if let Some(tools) = &tools {
-                prompt += "\n\n";
-                prompt += &render_tools(tools);
-            }
-            if py::truthy(response_format) {
-                prompt += "\n\n";
-                prompt += &format(RESPONSE_FORMAT_TEMPLATE, &[("schema", &to_json(response_format))]);
-            }
-        }
-        Some("user") => {
-            prompt += USER_SP_TOKEN;
-            let blocks = get(msg, "content_blocks");
-            if py::truthy(blocks) {
-                let Value::Array(blocks) = blocks else {
-                    return Err(error("TypeError", "content_blocks is not a list"));
-                };
-                let mut parts = Vec::with_capacity(blocks.len());
-                for block in blocks {
-                    match get(block, "type").as_str() {
-                        Some("text") => parts.push(str_of(block.get("text").unwrap_or(&Value::String(String::new())))?.into_owned()),
-                        Some("tool_result") => {
-                            let tool_content = block.get("content").cloned().unwrap_or(Value::String(String::new()));
-                            let text = match &tool_content {
-                                Value::Array(items) => items
-                                    .iter()
-                                    .map(|b| match get(b, "type").as_str() {
-                                        Some("text") => str_of(b.get("text").unwrap_or(&Value::String(String::new()))).map(|s| s.into_owned()),
-                                        _ => Ok(format!("[Unsupported {}]", py::message_str(get(b, "type")))),
-                                    })
-                                    .collect::<Result<Vec<_>, _>>()?
-                                    .join("\n\n"),
-                                other => str_of(other)?.into_owned(),
-                            };
-                            parts.push(format(TOOL_OUTPUT_TEMPLATE, &[("content", &text)]));
-                        }
-                        _ => parts.push(format!("[Unsupported {}]", py::message_str(get(block, "type")))),
-                    }
-                }
-                prompt += &parts.join("\n\n");
-            } else {
-                // `prompt += content or ""`.
-                match content {
-                    Value::String(_) => prompt += &str_or_empty(content)?,
-                    v if !py::truthy(v) => {}
-                    v => {
-                        return Err(error(
-                            "TypeError",
-                            format_args!("can only concatenate str (not \"{}\") to str", py::type_name(v)),
-                        ))
-                    }
-                }
-            }
-        }
+    prompt += &match role_v.as_str() {
+        Some("system") => render_system(msg, tools.as_deref())?,
+        Some("developer") => render_developer(msg, tools.as_deref())?,
+        Some("user") => render_user(msg)?,
         Some("latest_reminder") => {
-            prompt += LATEST_REMINDER_SP_TOKEN;
-            prompt += &str_of(content)?;
+            format!("{LATEST_REMINDER_SP_TOKEN}{}", str_of(get(msg, "content"))?)
         }
         Some("tool") => {
             return Err(error(
@@ -647,44 +572,7 @@ fn render_message(
             ))
         }
         Some("assistant") => {
-            let mut tc_content = String::new();
-            if let Some(calls) = &tool_calls {
-                let list = calls
-                    .iter()
-                    .map(|(name, arguments)| {
-                        Ok(format(
-                            TOOL_CALL_TEMPLATE,
-                            &[
-                                ("dsml_token", DSML_TOKEN),
-                                ("name", &str_of(name)?),
-                                ("arguments", &encode_arguments_to_dsml(call.file, arguments)?),
-                            ],
-                        ))
-                    })
-                    .collect::<Result<Vec<String>, Dsv32Error>>()?;
-                tc_content += "\n\n";
-                tc_content += &format(
-                    TOOL_CALLS_TEMPLATE,
-                    &[
-                        ("dsml_token", DSML_TOKEN),
-                        ("tool_calls", &list.join("\n")),
-                        ("tc_block_name", TOOL_CALLS_BLOCK_NAME),
-                    ],
-                );
-            }
-            let summary = str_or_empty(content)?;
-            let rc = str_or_empty(reasoning_content)?;
-            let prev_has_task = index >= 1 && !get(&messages[index - 1], "task").is_null();
-            let mut thinking_part = String::new();
-            if call.thinking && !prev_has_task && (!call.drop_thinking || index as isize > last_user_idx) {
-                thinking_part = format!("{rc}{THINKING_END_TOKEN}");
-            }
-            prompt += &thinking_part;
-            prompt += &summary;
-            prompt += &tc_content;
-            if !wo_eos {
-                prompt += EOS_TOKEN;
-            }
+            render_assistant(index, messages, last_user_idx, call, tool_calls.as_deref())?
         }
         _ => {
             return Err(error(
@@ -692,14 +580,197 @@ fn render_message(
                 format_args!("Unknown role: {}", py::message_str(role_v)),
             ))
         }
-    }
+    };
+    prompt += &render_transition(index, messages, last_user_idx, call)?;
+    Ok(prompt)
+}
 
-    // Transition tokens, by what follows.
+/// The tools and response format a system or developer message ends with.
+fn render_tools_and_response_format(msg: &Value, tools: Option<&[&Value]>) -> String {
+    let mut prompt = String::new();
+    if let Some(tools) = tools {
+        prompt += "\n\n";
+        prompt += &render_tools(tools);
+    }
+    let response_format = get(msg, "response_format");
+    if py::truthy(response_format) {
+        prompt += "\n\n";
+        prompt += &format(
+            RESPONSE_FORMAT_TEMPLATE,
+            &[("schema", &to_json(response_format))],
+        );
+    }
+    prompt
+}
+
+/// `render_message`'s `role == "system"` branch.
+fn render_system(msg: &Value, tools: Option<&[&Value]>) -> Result<String, Dsv32Error> {
+    let mut prompt = String::new();
+    prompt += &str_or_empty(get(msg, "content"))?;
+    prompt += &render_tools_and_response_format(msg, tools);
+    Ok(prompt)
+}
+
+/// `render_message`'s `role == "developer"` branch.
+fn render_developer(msg: &Value, tools: Option<&[&Value]>) -> Result<String, Dsv32Error> {
+    let content = get(msg, "content");
+    if !py::truthy(content) {
+        return Err(error(
+            "AssertionError",
+            format_args!(
+                "Invalid message for role `developer`: {}",
+                py::message_str(msg)
+            ),
+        ));
+    }
+    let Value::String(content) = content else {
+        return Err(error(
+            "TypeError",
+            "can only concatenate str (not \"list\") to str",
+        ));
+    };
+    let mut prompt = String::from(USER_SP_TOKEN);
+    prompt += content;
+    prompt += &render_tools_and_response_format(msg, tools);
+    Ok(prompt)
+}
+
+/// `render_message`'s `role == "user"` branch: `content_blocks` (what
+/// `merge_tool_messages` made of tool results and the user text around
+/// them) win over `content`.
+fn render_user(msg: &Value) -> Result<String, Dsv32Error> {
+    let mut prompt = String::from(USER_SP_TOKEN);
+    let blocks = get(msg, "content_blocks");
+    if py::truthy(blocks) {
+        let Value::Array(blocks) = blocks else {
+            return Err(error("TypeError", "content_blocks is not a list"));
+        };
+        let parts = blocks
+            .iter()
+            .map(render_content_block)
+            .collect::<Result<Vec<String>, Dsv32Error>>()?;
+        prompt += &parts.join("\n\n");
+    } else {
+        // `prompt += content or ""`.
+        match get(msg, "content") {
+            content @ Value::String(_) => prompt += &str_or_empty(content)?,
+            v if !py::truthy(v) => {}
+            v => {
+                return Err(error(
+                    "TypeError",
+                    format_args!(
+                        "can only concatenate str (not \"{}\") to str",
+                        py::type_name(v)
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(prompt)
+}
+
+/// One of a user message's `content_blocks`, as the `parts` it joins.
+fn render_content_block(block: &Value) -> Result<String, Dsv32Error> {
+    Ok(match get(block, "type").as_str() {
+        Some("text") => {
+            str_of(block.get("text").unwrap_or(&Value::String(String::new())))?.into_owned()
+        }
+        Some("tool_result") => {
+            let tool_content = block
+                .get("content")
+                .cloned()
+                .unwrap_or(Value::String(String::new()));
+            let text = match &tool_content {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|b| match get(b, "type").as_str() {
+                        Some("text") => {
+                            str_of(b.get("text").unwrap_or(&Value::String(String::new())))
+                                .map(|s| s.into_owned())
+                        }
+                        _ => Ok(format!("[Unsupported {}]", py::message_str(get(b, "type")))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join("\n\n"),
+                other => str_of(other)?.into_owned(),
+            };
+            format(TOOL_OUTPUT_TEMPLATE, &[("content", &text)])
+        }
+        _ => format!("[Unsupported {}]", py::message_str(get(block, "type"))),
+    })
+}
+
+/// `render_message`'s `role == "assistant"` branch.
+fn render_assistant(
+    index: usize,
+    messages: &[Value],
+    last_user_idx: isize,
+    call: Call,
+    tool_calls: Option<&[(&Value, &Value)]>,
+) -> Result<String, Dsv32Error> {
+    let msg = &messages[index];
+    let tc_content = match tool_calls {
+        Some(calls) => render_tool_calls(call.file, calls)?,
+        None => String::new(),
+    };
+    let summary = str_or_empty(get(msg, "content"))?;
+    let rc = str_or_empty(get(msg, "reasoning_content"))?;
+    // The answer to a task turn is not reasoned about.
+    let prev_has_task = index >= 1 && !get(&messages[index - 1], "task").is_null();
+    let mut thinking_part = String::new();
+    if call.thinking && !prev_has_task && (!call.drop_thinking || index as isize > last_user_idx) {
+        thinking_part = format!("{rc}{THINKING_END_TOKEN}");
+    }
+    let mut prompt = thinking_part;
+    prompt += &summary;
+    prompt += &tc_content;
+    if !py::truthy(get(msg, "wo_eos")) {
+        prompt += EOS_TOKEN;
+    }
+    Ok(prompt)
+}
+
+/// An assistant message's `tc_content`: its tool calls as one DSML block.
+fn render_tool_calls(file: Dsv4File, calls: &[(&Value, &Value)]) -> Result<String, Dsv32Error> {
+    let list = calls
+        .iter()
+        .map(|(name, arguments)| {
+            Ok(format(
+                TOOL_CALL_TEMPLATE,
+                &[
+                    ("dsml_token", DSML_TOKEN),
+                    ("name", &str_of(name)?),
+                    ("arguments", &encode_arguments_to_dsml(file, arguments)?),
+                ],
+            ))
+        })
+        .collect::<Result<Vec<String>, Dsv32Error>>()?;
+    let mut tc_content = String::from("\n\n");
+    tc_content += &format(
+        TOOL_CALLS_TEMPLATE,
+        &[
+            ("dsml_token", DSML_TOKEN),
+            ("tool_calls", &list.join("\n")),
+            ("tc_block_name", TOOL_CALLS_BLOCK_NAME),
+        ],
+    );
+    Ok(tc_content)
+}
+
+/// The tail of `render_message`: the transition tokens, by what follows.
+fn render_transition(
+    index: usize,
+    messages: &[Value],
+    last_user_idx: isize,
+    call: Call,
+) -> Result<String, Dsv32Error> {
+    let mut prompt = String::new();
     if let Some(next) = messages.get(index + 1) {
         if !matches!(role(next), Some("assistant" | "latest_reminder")) {
             return Ok(prompt);
         }
     }
+    let msg = &messages[index];
     let task = get(msg, "task");
     if !task.is_null() {
         let token = TASKS
@@ -727,7 +798,7 @@ fn render_message(
             };
             prompt += token;
         }
-    } else if matches!(this_role, Some("user" | "developer")) {
+    } else if matches!(role(msg), Some("user" | "developer")) {
         prompt += ASSISTANT_SP_TOKEN;
         let opens = call.thinking && (!call.drop_thinking || index as isize >= last_user_idx);
         prompt += if opens {

@@ -97,12 +97,22 @@ completion with a stub engine (`generate_request` yields one output "ok"),
 then a second request names its id; recorded: whether V stored it by
 default, and the prompt the second request builds.
 
+Probes (`PROBES`): cases beyond the 0.5.23 corpus, for shapes the older
+handlers treat differently; run like the corpus (conversion in the four
+settings, counts on every fixture) and recorded apart under "probes".
+
 Output: {"version", "libraries", "harness", "routes": {api: bool},
 "conversion": [gen_chat_api entries], "counts": {"fixtures": {fx:
-{"supports_inline_system", "content_format", "counts"}}}, "harmony":
-{"cases": [...]} , "store_probe": {...}, "ollama_tf5_probe": {...},
-"check": {...}} (check: the comparison with the committed 0.5.23 values,
-made when V is 0.5.23).
+{"supports_inline_system", "content_format", "counts"}}, "details": {fx:
+{"setup", "details": {request: refusal | fallback prompt | input_ids type |
+sha of the recorded arguments}}}}, "probes": {"cases", "conversion",
+"counts"}, "harmony": {"setups", "cases": [...]}, "store_probe": {...},
+"ollama_tf5_probe": {...}, "check": {...}} (check: the comparison with the
+committed 0.5.23 values, made when V is 0.5.23; the run prints it).
+$CHAT_API_ONLY=conversion,counts,probes,harmony,store,ollama runs parts only
+(written to <V>.partial.json).
+
+Comparison with 0.5.19 and with the guard's own counts: summarize_chat_api.py.
 """
 import ast
 import asyncio
@@ -115,7 +125,6 @@ import sys
 import tempfile
 import traceback
 import types
-from types import SimpleNamespace as NS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CRATE = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -348,22 +357,24 @@ class Stack:
                       "enable_response_store": getattr(self.resp, "enable_response_store", None),
                       "is_disaggregated": getattr(self.resp, "is_disaggregated", None)}
 
-    # each returns {"tokens": n|None, "inputs"?: record} | {"fallback_prompt"} | {"error"}
+    # each returns {"tokens": n|None, "inputs": record} | {"tokens", "fallback_prompt"} |
+    # {"tokens", "ids_fnv"} (harmony) | {"error"}
     def _done(self, n):
+        """The count and what reached the engine: the last successful
+        apply_chat_template call, else the text V encoded itself (0.5.1-0.5.13's
+        `_make_request` fallback)."""
         out = {"tokens": n if self.counted else None}
         ok = [c for c in CALLS if c["ok"]]
         if ok:
             out["inputs"] = {k: v for k, v in ok[-1].items() if k != "ok"}
-        elif not self.resp_harmony_run:
+        else:
             out["fallback_prompt"] = ENCODES[-1] if ENCODES else None
         return out
 
-    resp_harmony_run = False
-
     def responses(self, body, harmony=False):
+        """harmony: V renders with openai-harmony (gpt-oss), no template call."""
         CALLS.clear()
         ENCODES.clear()
-        self.resp_harmony_run = harmony
         try:
             req = ResponsesRequest.model_validate(copy.deepcopy(body))
         except Exception as e:
@@ -389,10 +400,7 @@ class Stack:
             sr.GenerateReqInput = orig
         if "input_ids" in captured:
             ids = captured["input_ids"]
-            out = self._done(len(ids))
-            if harmony:
-                out = {"tokens": len(ids), "ids_fnv": fnv(ids)}
-            return out
+            return {"tokens": len(ids), "ids_fnv": fnv(ids)} if harmony else self._done(len(ids))
         if captured:
             return {"error": f"GenerateReqInput without input_ids: {sorted(captured)}"}
         body = getattr(res, "body", None)

@@ -4,20 +4,27 @@ APIs) and with what the guard itself counts.
 
 Developer machine only; CI never runs Python.
 
-    python3 src/count/testdata/summarize_chat_api.py [--guard target/debug/prefill-guard]
+    python3 src/count/testdata/summarize_chat_api.py [--guard BIN] [--recount]
+
+(--guard: the prefill-guard binary, default target/debug/prefill-guard; copy it
+first when the crate is being rebuilt meanwhile. The probes' bodies come from
+the records' "probes".)
 
 Reads /work/refdata/chat_api/<V>.json ($CHAT_API_OUT) for every release that
 has one. Writes, in the same directory:
 
 * guard_counts.json: the guard's own count of every fixture request
-  (tests/data/chat_api_counts.json "requests") on every fixture, and of every
+  (tests/data/chat_api_counts.json "requests", plus the probes) on every
+  fixture, and of every
   "default"-setting gpt-oss harmony case (../encoder/testdata/
   harmony_expected.json, with its date), from `prefill-guard count
   --tokenizer <fixture> --route <route> --sglang-version 0.5.19 --date <d>`
   (and every other release the guard models, 0.5.18-0.5.23): a number, or
   "refused: ..." / "unmeasurable: ..." (its error code); recomputed only when
   missing or with --recount. A release the guard models is compared with the
-  guard's count for itself, an older one with the guard's 0.5.19 count.
+  guard's count for itself, an older one with the guard's 0.5.19 count. A
+  blank /api/generate prompt crashes the count command (zero units); recorded
+  as "guard crashed".
 * TABLES.md: per API, the releases grouped into ranges whose records are
   identical (conversion arguments per case and setting, fixture counts,
   harmony ids), each range's differences from 0.5.19 (case by case), and
