@@ -414,7 +414,7 @@ impl Build {
                 if seen.contains(&c) {
                     return Ok(None);
                 }
-                let options = self.chat_options().with(&c.options);
+                let options = self.chat_options().clone().with(&c.options);
                 let rules = Consulted::new(self.rules);
                 let prepared =
                     preprocess::prepare_with(&c.body, self.content_format(), &options, &rules);

@@ -38,7 +38,7 @@ pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig, Transformers
 
 use encoder::{dsv32, dsv4, glm53};
 use preprocess::{ChatInputs, Prepared};
-use release::{ChatRules, Consulted};
+use release::{ChatRules, Consulted, EffortVariable};
 use template::RenderContext;
 
 /// What SGLang turns into one sequence (one `Req`). A batch is several units.
@@ -263,6 +263,37 @@ struct Build {
     api: chat_api::ModelTraits,
     /// The multimodal opt-in: per-item upper bounds (none by default: media refused).
     media: MediaBounds,
+    /// The chat preprocessing options of `/v1/chat/completions` for this
+    /// model ([`options_for`]), made once.
+    options: preprocess::Options,
+    /// The template reads `reasoning_effort`, which families pass it
+    /// differently ([`ChatInputs::template_kwargs`]): builds that differ in
+    /// that rule then count their own prompts.
+    reads_effort: bool,
+}
+
+/// The chat preprocessing options of a model whose chat goes through
+/// `encoder` on `server`.
+fn options_for(
+    encoder: &Encoder,
+    server: &ServerConfig,
+    media: MediaBounds,
+) -> preprocess::Options {
+    preprocess::Options {
+        media,
+        style: match encoder {
+            Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
+            _ => preprocess::MessageStyle::Template,
+        },
+        wire: matches!(encoder, Encoder::Dsv4 { .. }),
+        body_encoder: matches!(encoder, Encoder::DeepseekRelease(_)),
+        low_effort_template: encoder.jinja().is_some_and(|j| {
+            j.template.as_ref().is_ok_and(|(source, _)| {
+                source.contains("low_effort") && source.contains("truncate_history_thinking")
+            })
+        }),
+        ..preprocess::Options::for_server(server)
+    }
 }
 
 // The counter is shared across request handlers.
@@ -474,6 +505,7 @@ impl ModelCounter {
     pub fn set_media_bounds(&mut self, bounds: MediaBounds) {
         for build in &mut self.builds {
             build.media = bounds;
+            build.options.media = bounds;
         }
     }
 
@@ -612,7 +644,7 @@ impl ModelCounter {
     /// is counted once per encoder and tokenizer.
     fn count_chat(&self, body: &Arc<Value>, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
         let mut prepared: Vec<(PrepKey, Consulted, Result<Arc<Prepared>, CountError>)> = Vec::new();
-        let mut counted_with: Vec<(u64, u64, usize)> = Vec::new();
+        let mut counted_with: Vec<(u64, u64, Option<EffortVariable>, usize)> = Vec::new();
         let mut best = Largest::default();
         for build in &self.builds {
             let key = build.prep_key();
@@ -628,19 +660,25 @@ impl ModelCounter {
                     prepared.len() - 1
                 }
             };
-            let counted = (build.tokenizer_id(), build.encoder_key, index);
-            let same_prompt = |&(t, e, j): &(u64, u64, usize)| {
-                (t, e) == (counted.0, counted.1)
+            // Builds whose template reads `reasoning_effort` and which pass
+            // it differently count their own prompts.
+            let effort = build.reads_effort.then_some(build.rules.effort_variable);
+            let counted = (build.tokenizer_id(), build.encoder_key, effort, index);
+            let same_prompt = |&(t, e, f, j): &(u64, u64, Option<EffortVariable>, usize)| {
+                (t, e, f) == (counted.0, counted.1, counted.2)
                     && (j == index
                         || match (&prepared[j].2, &prepared[index].2) {
                             (Ok(a), Ok(b)) => build.same_prompt(a, b),
                             _ => false,
                         })
             };
-            if counted_with.iter().any(same_prompt) {
+            let seen = counted_with.iter().any(same_prompt);
+            // Remembered either way: a later build with this preparation
+            // then finds it without comparing whole prompts again.
+            counted_with.push(counted);
+            if seen {
                 continue;
             }
-            counted_with.push(counted);
             let result = match &prepared[index].2 {
                 Ok(p) => build.count_prepared(p, clock, ctx),
                 Err(e) => Err(e.clone()),
@@ -802,12 +840,20 @@ impl Build {
             &selected.encoder,
             source.as_ref().map(|(s, t)| (&**s, &**t)),
         );
+        let options = options_for(&selected.encoder, server, MediaBounds::default());
+        let reads_effort = selected.encoder.jinja().is_some_and(|j| {
+            j.template
+                .as_ref()
+                .is_ok_and(|(source, _)| source.contains("reasoning_effort"))
+        });
         Ok(Self {
             files: files.clone(),
             server: server.clone(),
             releases: vec![release],
             rules: release.chat_rules(),
             generation: release.transformers(),
+            options,
+            reads_effort,
             encoder: selected.encoder,
             encoder_key: earlier.len() as u64,
             content_format: selected.content_format,
@@ -887,22 +933,8 @@ impl Build {
     }
 
     /// The chat preprocessing options of `/v1/chat/completions` for this model.
-    fn chat_options(&self) -> preprocess::Options {
-        preprocess::Options {
-            media: self.media,
-            style: match self.encoder {
-                Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
-                _ => preprocess::MessageStyle::Template,
-            },
-            wire: matches!(self.encoder, Encoder::Dsv4 { .. }),
-            body_encoder: matches!(self.encoder, Encoder::DeepseekRelease(_)),
-            low_effort_template: self.encoder.jinja().is_some_and(|j| {
-                j.template.as_ref().is_ok_and(|(source, _)| {
-                    source.contains("low_effort") && source.contains("truncate_history_thinking")
-                })
-            }),
-            ..preprocess::Options::for_server(&self.server)
-        }
+    fn chat_options(&self) -> &preprocess::Options {
+        &self.options
     }
 
     fn count_in(&self, unit: &Unit, clock: Clock, ctx: &Ctx) -> Result<usize, CountError> {
@@ -1075,7 +1107,7 @@ impl Build {
     /// (read through `rules`, which records the ones consulted).
     fn prepare_chat(&self, body: &Arc<Value>, rules: &Consulted) -> Result<Prepared, CountError> {
         let mut inputs =
-            preprocess::prepare_with(body, self.content_format(), &self.chat_options(), rules)?;
+            preprocess::prepare_with(body, self.content_format(), self.chat_options(), rules)?;
         if let Encoder::DeepseekRelease(_) = self.encoder {
             inputs.body = Some(body.clone());
         }
@@ -1084,13 +1116,12 @@ impl Build {
 
     /// What [`Self::prepare_chat`] depends on besides the body and the rules.
     fn prep_key(&self) -> PrepKey {
-        let options = self.chat_options();
         PrepKey {
             content_format: self.content_format,
-            style: options.style,
-            wire: options.wire,
-            low_effort_template: options.low_effort_template,
-            keeps_body: matches!(self.encoder, Encoder::DeepseekRelease(_)),
+            style: self.options.style,
+            wire: self.options.wire,
+            low_effort_template: self.options.low_effort_template,
+            keeps_body: self.options.body_encoder,
         }
     }
 
@@ -1175,7 +1206,7 @@ impl Build {
                     messages,
                     tools.map(Vec::as_slice),
                     true,
-                    &inputs.extra,
+                    &inputs.template_kwargs(self.rules.effort_variable),
                 )
                 .map_err(glm53_error)?
                 {
@@ -1464,7 +1495,7 @@ impl Build {
     /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
     /// once with each tool flattened to its `function`, and reports the retry's error.
     fn render(&self, inputs: &ChatInputs, clock: Clock) -> Result<String, CountError> {
-        let args = inputs.jinja_arguments()?;
+        let args = inputs.jinja_arguments_as(self.rules.effort_variable)?;
         let template = self.jinja_template(args.template_override.as_deref())?;
         let now = clock.now();
         let first = RenderContext {

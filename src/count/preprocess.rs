@@ -144,10 +144,10 @@ pub struct ChatInputs {
     /// The model-specific encoder renders every request tool even when none
     /// reaches the template (`tool_choice: "none"`; [`EncoderTools`]).
     pub encoders_get_all_tools: bool,
-    /// `extra_template_kwargs`: `reasoning_effort`, then
     /// `chat_template_kwargs` (server defaults merged in), as SGLang passes
-    /// them on ([`ChatInputs::jinja_arguments`] applies `apply_chat_template`'s
-    /// own rules to them).
+    /// them on; `reasoning_effort` goes before them as the release passes it
+    /// ([`ChatInputs::template_kwargs`]; [`ChatInputs::jinja_arguments`]
+    /// applies `apply_chat_template`'s own rules to them).
     pub extra: Map<String, Value>,
     /// `low_effort` was set in `extra` by SGLang's reasoning rule, which
     /// applies only if no earlier rule matched the template: the prompt is
@@ -185,10 +185,42 @@ pub struct JinjaArguments {
 }
 
 impl ChatInputs {
+    /// The template kwargs as a release passes them: `reasoning_effort` as
+    /// its [`EffortVariable`] rule says, then `chat_template_kwargs`. (Applied
+    /// here rather than in the preprocessing, so that requests which differ
+    /// only in it between releases are still prepared once.)
+    pub fn template_kwargs(&self, effort: EffortVariable) -> Map<String, Value> {
+        let mut out = Map::new();
+        match effort {
+            EffortVariable::NotAField => {}
+            EffortVariable::AlwaysMediumByDefault => {
+                let effort = self
+                    .reasoning_effort
+                    .clone()
+                    .unwrap_or_else(|| Value::String("medium".into()));
+                out.insert("reasoning_effort".into(), effort);
+            }
+            EffortVariable::WhenSet => {
+                if let Some(re) = &self.reasoning_effort {
+                    out.insert("reasoning_effort".into(), re.clone());
+                }
+            }
+        }
+        for (k, v) in &self.extra {
+            out.insert(k.clone(), v.clone());
+        }
+        out
+    }
+
     /// `apply_chat_template`'s treatment of the kwargs (see
-    /// [`apply_chat_template_arguments`]).
+    /// [`apply_chat_template_arguments`]), as 0.5.10 and later pass them.
     pub fn jinja_arguments(&self) -> Result<JinjaArguments, CountError> {
-        let mut extra = self.extra.clone();
+        self.jinja_arguments_as(EffortVariable::WhenSet)
+    }
+
+    /// [`ChatInputs::jinja_arguments`] as a release passes `reasoning_effort`.
+    pub fn jinja_arguments_as(&self, effort: EffortVariable) -> Result<JinjaArguments, CountError> {
+        let mut extra = self.template_kwargs(effort);
         let (documents, template_override) = apply_chat_template_arguments(&mut extra)?;
         Ok(JinjaArguments {
             extra,
@@ -1366,23 +1398,9 @@ fn apply_jinja_template(
     let assistant_prefix =
         handle_last_assistant_message(&mut processed, request.continue_final_message, rules)?;
 
-    // Template kwargs: `reasoning_effort`, then `chat_template_kwargs`.
+    // Template kwargs: `chat_template_kwargs` (`reasoning_effort` goes
+    // before them where the release passes it: `ChatInputs::template_kwargs`).
     let mut extra = Map::new();
-    match rules.effort_variable() {
-        EffortVariable::NotAField => {}
-        EffortVariable::AlwaysMediumByDefault => {
-            let effort = request
-                .reasoning_effort
-                .clone()
-                .unwrap_or_else(|| Value::String("medium".into()));
-            extra.insert("reasoning_effort".into(), effort);
-        }
-        EffortVariable::WhenSet => {
-            if let Some(re) = &request.reasoning_effort {
-                extra.insert("reasoning_effort".into(), re.clone());
-            }
-        }
-    }
     if let Some(m) = request.chat_template_kwargs {
         if !m.is_empty() && rules.template_kwargs() == TemplateKwargs::PassedToTokenizingCall {
             refuse_tokenizer_arguments(&m)?;
@@ -2496,23 +2514,30 @@ mod tests {
             json!({"messages": [{"role": "user", "content": "q"}], "reasoning_effort": "none"}),
             ContentFormat::String,
         );
+        let kwargs = |t: &ChatInputs| Value::Object(t.template_kwargs(EffortVariable::WhenSet));
         assert_eq!(
-            t.extra,
+            kwargs(&t),
             json!({"reasoning_effort": "none", "thinking": false, "enable_thinking": false})
-                .as_object()
-                .cloned()
-                .unwrap_or_default()
         );
         let t = template(
             json!({"messages": [{"role": "user", "content": "q"}], "chat_template_kwargs": {"reasoning_effort": "low", "x": 1}}),
             ContentFormat::String,
         );
+        assert_eq!(kwargs(&t), json!({"reasoning_effort": "low", "x": 1}));
+        // 0.5.1-0.5.9 always pass an effort, "medium" when none is set;
+        // before 0.5.1 a `chat_template_kwargs.reasoning_effort` is an
+        // ordinary kwarg and no other effort is passed.
+        let plain = template(
+            json!({"messages": [{"role": "user", "content": "q"}]}),
+            ContentFormat::String,
+        );
         assert_eq!(
-            t.extra,
-            json!({"reasoning_effort": "low", "x": 1})
-                .as_object()
-                .cloned()
-                .unwrap_or_default()
+            Value::Object(plain.template_kwargs(EffortVariable::AlwaysMediumByDefault)),
+            json!({"reasoning_effort": "medium"})
+        );
+        assert_eq!(
+            Value::Object(plain.template_kwargs(EffortVariable::NotAField)),
+            json!({})
         );
     }
 
