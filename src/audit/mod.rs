@@ -420,6 +420,23 @@ enum Fix {
     Unknown(String),
 }
 
+/// How the guard counts for a server reporting `version`: the release
+/// family, or every family when the version says nothing.
+fn counted_as(version: Option<&str>) -> String {
+    use crate::count::release::{Release, Releases};
+    let value = serde_json::Value::String(version.unwrap_or_default().into());
+    match Releases::of_versions(&value) {
+        Ok(r) if r.len() == Release::ALL.len() => {
+            "every release family (the version is not known): the largest count wins".into()
+        }
+        Ok(r) => {
+            let families: Vec<String> = r.iter().map(|f| f.range()).collect();
+            format!("the prompts of SGLang {}", families.join(" and of "))
+        }
+        Err(why) => format!("not served: {why}"),
+    }
+}
+
 fn fix_of(version: &str) -> Fix {
     let Some((Version(a, b, c, _), pre)) = parse_version(version) else {
         return Fix::Unknown(format!("cannot read the version `{version}`"));
@@ -535,6 +552,7 @@ fn write_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 "SGLang version",
                 s.version.clone().unwrap_or("unknown".into()),
             ));
+            rows.push(("counted as", counted_as(s.version.as_deref())));
             rows.push((
                 "PD mode",
                 match (s.disaggregation_mode.as_deref(), &s.transfer_backend) {
@@ -626,6 +644,13 @@ mod tests {
 
     #[test]
     fn versions() {
+        assert_eq!(counted_as(Some("0.5.11")), "the prompts of SGLang 0.5.11");
+        assert_eq!(
+            counted_as(Some("0.5.19")),
+            "the prompts of SGLang 0.5.18-0.5.19"
+        );
+        assert!(counted_as(None).starts_with("every release family"));
+        assert!(counted_as(Some("0.4.4")).starts_with("not served"));
         assert_eq!(fix_of("0.5.19"), Fix::None);
         assert_eq!(fix_of("0.5.10.post1"), Fix::None);
         assert_eq!(fix_of("0.5.20"), Fix::AfterForward);
