@@ -82,19 +82,28 @@ fn family(version: &str) -> Release {
 }
 
 /// A server on `version` as discovery would read it: 0.5.23's `/server_info`
-/// defaults with `settings` set, and the served architecture (`/model_info`).
+/// defaults with `settings` set, and `/model_info` as that release answers
+/// it: the served architecture from 0.5.6.post1, nothing of it before (the
+/// guard then reads the checkpoint's `config.json`, as those releases do).
 fn counter(
     files: &Arc<ModelFiles>,
     version: &str,
     settings: &Value,
-    model_info: &Value,
+    config_json: &Value,
 ) -> Result<ModelCounter, String> {
     let mut info = profile_model::server_info_defaults();
     for (k, v) in settings.as_object().into_iter().flatten() {
         info[k] = v.clone();
     }
     info["version"] = j!(version);
-    let observed = Observed::from_server(&info, Some(model_info));
+    let publishes_arch =
+        parse_version(version).unwrap().0 >= parse_version("0.5.6.post1").unwrap().0;
+    let model_info = if publishes_arch {
+        config_json.clone()
+    } else {
+        j!({"model_path": "m", "tokenizer_path": "m", "is_generation": true})
+    };
+    let observed = Observed::from_server(&info, Some(&model_info));
     let server = ServerConfig::resolve(&observed, &SglangEnv::default()).map_err(join)?;
     ModelCounter::for_server(files.clone(), Arc::new(server)).map_err(join)
 }
