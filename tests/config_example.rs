@@ -23,7 +23,7 @@ fn example_config_is_valid_and_sets_every_key() {
     // Every other key is at least shown commented out: `every_key_and_flag_is_documented`.
     let cfg = Config::load(Some(&path), RawConfig::default()).unwrap();
     assert_eq!(cfg.models.len(), 1);
-    assert_eq!(cfg.models[0].max_req_input_len, Some(681_274));
+    assert_eq!(cfg.models[0].max_req_input_len, Some(202_746));
 }
 
 /// Every server setting the guard reads is in the README's "Server
@@ -60,7 +60,7 @@ fn a_model_flag_overrides_one_key_of_the_files_model() {
     assert_eq!(model.name, "GLM-4.6", "the file's name is kept");
     assert_eq!(
         model.max_req_input_len,
-        Some(681_274),
+        Some(202_746),
         "the file's limit is kept"
     );
 
