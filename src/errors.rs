@@ -140,6 +140,7 @@ impl Reason {
                 crate::policy::NotServed::Unmodelled(_) => "server_config_unmodelled",
                 crate::policy::NotServed::Disagrees { .. } => "server_config_disagrees",
                 crate::policy::NotServed::Undercount(_) => "count_check_failed",
+                crate::policy::NotServed::ImpossibleLimit(_) => "static_limit_impossible",
             },
             Reason::Overloaded => "overloaded",
             Reason::ClientTimeout(_) => "client_timeout",
@@ -248,6 +249,10 @@ fn not_served_message(model: &str, why: &crate::policy::NotServed) -> String {
         NotServed::Undercount(_) => format!(
             "model `{model}` is not served: a sampled check found the guard counting fewer tokens than \
              the server; it stays out of service until the operator reloads the guard"
+        ),
+        NotServed::ImpossibleLimit(_) => format!(
+            "model `{model}` is not served: the guard's configured max_req_input_len is above any \
+             limit its server can have, so it would not protect it; the operator's log says the largest"
         ),
     }
 }

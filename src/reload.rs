@@ -29,8 +29,9 @@ use crate::core::Guard;
 use crate::count::cache::CountCache;
 use crate::count::Clock;
 use crate::metrics::Metrics;
+use crate::policy::ceiling::{self, UpstreamContext};
 use crate::policy::discovery::{self, Discovery, ModelSpec};
-use crate::policy::{profile, Profile, Profiles};
+use crate::policy::{profile, NotServed, Profile, Profiles};
 
 /// How long one discovery request may take (connect, answer, body).
 const DISCOVERY_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -76,6 +77,20 @@ impl Drop for Current {
 struct Built {
     app: Arc<App>,
     discovery: Option<Arc<Discovery>>,
+    /// Static mode: the upstream's `/v1/models` against the stated limits.
+    upstream_context: Option<Arc<UpstreamContext>>,
+}
+
+impl Built {
+    /// Starts what this state runs in the background: discovery, or in
+    /// static mode the upstream's context check.
+    fn spawn(&self) -> Option<JoinHandle<()>> {
+        match (&self.discovery, &self.upstream_context) {
+            (Some(d), _) => Some(d.spawn()),
+            (None, Some(u)) => Some(u.clone().spawn()),
+            (None, None) => None,
+        }
+    }
 }
 
 impl Runtime {
@@ -86,7 +101,7 @@ impl Runtime {
         name_after_workers(&mut config, None).await;
         let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
         let built = build(&config, &metrics, None).await?;
-        let task = built.discovery.as_ref().map(Discovery::spawn);
+        let task = built.spawn();
         Ok(Arc::new(Self {
             apps: Arc::new(ArcSwap::new(built.app)),
             metrics,
@@ -182,11 +197,11 @@ impl Runtime {
                 lost.join(", ")
             );
         }
-        self.apps.store(built.app);
         if let Some(t) = current.task.take() {
             t.abort();
         }
-        current.task = built.discovery.as_ref().map(Discovery::spawn);
+        current.task = built.spawn();
+        self.apps.store(built.app);
         current.discovery = built.discovery;
         current.config = config;
         Ok(())
@@ -334,7 +349,17 @@ async fn build(
         );
         // The configured server settings are the profile until discovery
         // (if any) has heard from every worker.
-        let counter = profile::build_counter(&files, m.media, &m.server.observed, &m.server.env);
+        let mut counter =
+            profile::build_counter(&files, m.media, &m.server.observed, &m.server.env);
+        if let Err(why) = stated_limit_possible(m, &files) {
+            if config.prefill_urls.is_empty() {
+                counter = Err(NotServed::ImpossibleLimit(why));
+            } else {
+                // A ceiling over discovery: the discovered limit, which is
+                // smaller, is the one enforced.
+                tracing::warn!(model = %m.name, why = %why, "static ceiling never applies");
+            }
+        }
         tracing::info!(
             model = %m.name,
             tokenizer = %m.tokenizer,
@@ -374,6 +399,22 @@ async fn build(
             previous,
         ))
     });
+    let upstream_context = config.prefill_urls.is_empty().then(|| {
+        Arc::new(UpstreamContext {
+            upstream: config.upstream.to_string(),
+            stated: config
+                .models
+                .iter()
+                .filter_map(|m| Some((m.name.clone(), m.stated_limit?)))
+                .collect(),
+            profiles: profiles.clone(),
+            interval: config.discovery_interval,
+            api: crate::sglang::Api::new(
+                config.upstream_connect_timeout,
+                DISCOVERY_REQUEST_TIMEOUT,
+            ),
+        })
+    });
     let names = config.models.iter().map(|m| m.name.clone()).collect();
     let sampler = match (&discovery, config.verify_sample_rate > 0.0) {
         (Some(d), true) => Some(Arc::new(crate::verify::Sampler::new(
@@ -408,5 +449,23 @@ async fn build(
     Ok(Built {
         app: Arc::new(app),
         discovery,
+        upstream_context,
     })
+}
+
+/// A stated limit held against the context the configuration or the
+/// checkpoint's `config.json` gives (the upstream's `/v1/models` is asked
+/// later, in the background).
+fn stated_limit_possible(
+    m: &crate::config::ModelConfig,
+    files: &crate::count::ModelFiles,
+) -> Result<(), ceiling::Impossible> {
+    let Some(stated) = m.stated_limit else {
+        return Ok(());
+    };
+    match (m.context_length, files.context_len()) {
+        (Some(c), _) => ceiling::check(stated, c, "the configured context_length"),
+        (None, Some(c)) => ceiling::check(stated, c, "the checkpoint's config.json"),
+        (None, None) => Ok(()),
+    }
 }

@@ -51,6 +51,8 @@ impl Api {
     pub fn new(connect_timeout: Duration, timeout: Duration) -> Self {
         let client = reqwest::Client::builder()
             .no_proxy()
+            // The server's access log tells the guard's questions from traffic.
+            .user_agent(concat!("prefill-guard/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(connect_timeout)
             .timeout(timeout)
             .build()

@@ -128,6 +128,14 @@ pub struct ModelConfig {
     /// subtracted): prompts with `L >= limit` are refused. `None` when the
     /// limit comes from discovery only.
     pub max_req_input_len: Option<usize>,
+    /// `max_req_input_len` as written (before the margin), checked against
+    /// what SGLang could have for the model's context
+    /// (`policy::ceiling`); `None` when computed from the pool or discovered.
+    pub stated_limit: Option<usize>,
+    /// The context length the prefill server runs with, where configured
+    /// (`--context-length`); otherwise the checkpoint's `config.json` or the
+    /// upstream's `/v1/models` say it.
+    pub context_length: Option<usize>,
     /// Subtracted from a discovered limit (the static one has it subtracted already).
     pub safety_margin_tokens: usize,
     /// The multimodal opt-in (`multimodal_{image,video,audio}_tokens`): a
@@ -325,6 +333,8 @@ impl RawModel {
             tokenizer,
             revision: self.revision.clone().unwrap_or_else(|| "main".to_string()),
             max_req_input_len,
+            stated_limit: self.max_req_input_len,
+            context_length: self.context_length,
             safety_margin_tokens: margin,
             media: crate::count::MediaBounds {
                 image: self.multimodal_image_tokens,

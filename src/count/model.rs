@@ -55,6 +55,9 @@ pub struct ModelFiles {
     /// `config.json`'s `dsv4_reasoning_effort_profile` (DeepSeek-V4 on
     /// 0.5.18-0.5.22).
     pub(super) dsv4_effort_profile: Option<Value>,
+    /// The context length SGLang derives from `config.json` (`None`: no
+    /// `config.json`), before any `--context-length`.
+    context_len: Option<usize>,
 }
 
 impl std::fmt::Debug for ModelFiles {
@@ -96,6 +99,7 @@ impl ModelFiles {
             .and_then(|c| c.get("dsv4_reasoning_effort_profile"))
             .filter(|v| !v.is_null())
             .cloned();
+        let context_len = model_config.as_ref().and_then(context_len_of);
         let additional_templates = std::fs::read_dir(dir.join(ADDITIONAL_CHAT_TEMPLATES))
             .map(|entries| {
                 entries
@@ -112,6 +116,7 @@ impl ModelFiles {
             additional_templates,
             source: Some(dir.display().to_string()),
             dsv4_effort_profile,
+            context_len,
             generations,
         })
     }
@@ -144,6 +149,12 @@ impl ModelFiles {
     /// Every generation's loading of this directory.
     pub fn generations(&self) -> &Generations {
         &self.generations
+    }
+
+    /// The context length the server derives from the checkpoint's
+    /// `config.json` when started without `--context-length`.
+    pub fn context_len(&self) -> Option<usize> {
+        self.context_len
     }
 
     /// `config.json`'s architecture, if the directory has one.
@@ -334,8 +345,93 @@ fn checkpoint_templates(
     })
 }
 
+/// SGLang's `get_context_length` on `get_hf_text_config(config)`
+/// (`utils/hf_transformers/common.py`, alike in every release from 0.4.5):
+/// the first of these keys that is set, times the RoPE scaling factor unless
+/// the scaling says the positions are already original. Without any key
+/// SGLang takes 2048 or the config class's default, which the JSON does not
+/// show: `None`, so nothing is judged against a guess.
+/// A multimodal checkpoint's language model is its `text_config` (or
+/// `llm_config`, `language_config`, `thinker_config`).
+fn context_len_of(config: &Value) -> Option<usize> {
+    const KEYS: [&str; 5] = [
+        "max_sequence_length",
+        "seq_length",
+        "max_seq_len",
+        "model_max_length",
+        "max_position_embeddings",
+    ];
+    let llava = config["architectures"][0]
+        .as_str()
+        .is_some_and(|a| a.starts_with("Llava") && a.ends_with("ForCausalLM"));
+    let text = [
+        "text_config",
+        "llm_config",
+        "language_config",
+        "thinker_config",
+    ]
+    .iter()
+    .filter(|_| !llava)
+    .find_map(|k| config.get(*k).filter(|v| v.is_object()))
+    .unwrap_or(config);
+    // transformers 5 names it `rope_parameters`.
+    let rope = ["rope_scaling", "rope_parameters"]
+        .iter()
+        .find_map(|k| text.get(*k).filter(|r| r.is_object()));
+    let factor = match rope {
+        Some(r) if r.get("original_max_position_embeddings").is_some() => 1.0,
+        Some(r) if r["rope_type"] == "llama3" => 1.0,
+        Some(r) => r["factor"].as_f64().unwrap_or(1.0),
+        None => 1.0,
+    };
+    KEYS.iter()
+        .find_map(|k| text.get(*k).and_then(Value::as_f64))
+        .map(|v| (factor * v) as usize)
+}
+
 #[cfg(test)]
 mod tests {
+    /// Expected values printed by 0.5.19's own `get_context_length` on the
+    /// same keys (`types.SimpleNamespace(**config)`).
+    #[test]
+    fn context_len_is_sglangs_get_context_length() {
+        use serde_json::json;
+        let cases = [
+            (
+                json!({"architectures": ["Qwen2ForCausalLM"], "max_position_embeddings": 32768, "rope_scaling": null}),
+                32768,
+            ),
+            (json!({"max_position_embeddings": 202752}), 202752),
+            (
+                json!({"max_position_embeddings": 131072, "rope_scaling": {"factor": 8.0, "rope_type": "llama3", "original_max_position_embeddings": 8192}}),
+                131072,
+            ),
+            (
+                json!({"max_position_embeddings": 163840, "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}}),
+                163840,
+            ),
+            (
+                json!({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+                8192,
+            ),
+            (
+                json!({"seq_length": 32768, "max_position_embeddings": 2048}),
+                32768,
+            ),
+            (
+                json!({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": {"max_position_embeddings": 131072}}),
+                131072,
+            ),
+        ];
+        for (config, want) in cases {
+            assert_eq!(super::context_len_of(&config), Some(want), "{config}");
+        }
+        assert_eq!(
+            super::context_len_of(&json!({"architectures": ["X"]})),
+            None
+        );
+    }
+
     /// transformers reads the file with `open(f, encoding="utf-8").read()`:
     /// python3 -c 'open("c.jinja", "wb").write(b"{{ \x27a\x27 }}\r\n{{ \x27b\x27 }}\r\r\n");
     /// print(repr(open("c.jinja", encoding="utf-8").read()))' prints

@@ -3,6 +3,7 @@
 //! (`managers/utils.py::validate_input_length`); the guard uses the same name,
 //! the same comparison, and checks every unit of a batch on its own.
 
+pub mod ceiling;
 pub mod discovery;
 pub mod profile;
 

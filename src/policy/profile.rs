@@ -53,6 +53,10 @@ pub enum NotServed {
     /// the server: a possible leak, so the model stays out of service until
     /// a reload.
     Undercount(String),
+    /// A static `max_req_input_len` above the largest SGLang computes for
+    /// the model's context: enforcing it would forward prompts the prefill
+    /// server stubs (`policy::ceiling`).
+    ImpossibleLimit(crate::policy::ceiling::Impossible),
 }
 
 impl NotServed {
@@ -62,6 +66,7 @@ impl NotServed {
             NotServed::Unmodelled(list) => list.iter().map(|u| u.setting).collect(),
             NotServed::Disagrees { setting, .. } => vec![setting],
             NotServed::Undercount(_) => vec!["count_check"],
+            NotServed::ImpossibleLimit(_) => vec!["max_req_input_len"],
         }
     }
 
@@ -71,6 +76,7 @@ impl NotServed {
             NotServed::Unmodelled(_) => "unmodelled",
             NotServed::Disagrees { .. } => "disagrees",
             NotServed::Undercount(_) => "undercount",
+            NotServed::ImpossibleLimit(_) => "impossible_limit",
         }
     }
 }
@@ -84,6 +90,7 @@ impl std::fmt::Display for NotServed {
             }
             NotServed::Disagrees { detail, .. } => write!(f, "{detail}"),
             NotServed::Undercount(detail) => write!(f, "{detail}"),
+            NotServed::ImpossibleLimit(why) => write!(f, "{why}"),
         }
     }
 }

@@ -154,13 +154,21 @@ async fn mock_handle(
         .path_and_query()
         .map(|p| p.to_string())
         .unwrap_or_default();
-    state.requests.lock().unwrap().push(Recorded {
-        method: parts.method.to_string(),
-        target: target.clone(),
-        headers: parts.headers.clone(),
-        body: body.clone(),
-    });
-    state.received.notify_one();
+    // The guard's own questions (its static-mode `GET /v1/models`) are not
+    // traffic it forwarded: only clients' requests are recorded.
+    let own = parts
+        .headers
+        .get(http::header::USER_AGENT)
+        .is_some_and(|ua| ua.as_bytes().starts_with(b"prefill-guard/"));
+    if !own {
+        state.requests.lock().unwrap().push(Recorded {
+            method: parts.method.to_string(),
+            target: target.clone(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
+        });
+        state.received.notify_one();
+    }
 
     match mode.as_str() {
         "slow" => tokio::time::sleep(Duration::from_secs(30)).await,
