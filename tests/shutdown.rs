@@ -75,6 +75,13 @@ async fn upstream_handle(
     received: Arc<AtomicUsize>,
 ) -> Result<Response<Body>, Infallible> {
     let endless = req.headers().contains_key("x-endless");
+    // The guard's own `GET /v1/models` (static mode) is not traffic.
+    if req.method() == http::Method::GET {
+        return Ok(Response::builder()
+            .status(404)
+            .body(Full::new(Bytes::new()).map_err(|e| match e {}).boxed())
+            .unwrap());
+    }
     let body = req.into_body().collect().await.unwrap().to_bytes();
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     received.fetch_add(1, Ordering::SeqCst);

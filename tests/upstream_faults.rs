@@ -69,6 +69,13 @@ async fn serve(mut s: TcpStream, fault: Fault, heads: Arc<AtomicUsize>) {
                 Ok(n) => got.extend_from_slice(&buf[..n]),
             }
         };
+        // The guard's own `GET /v1/models` (static mode) is not traffic.
+        if got.starts_with(b"GET ") {
+            let _ = s
+                .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            continue;
+        }
         heads.fetch_add(1, Ordering::SeqCst);
         if let Fault::StopReading = fault {
             tokio::time::sleep(Duration::from_secs(3600)).await;
