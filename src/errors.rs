@@ -65,6 +65,10 @@ pub enum Reason {
         model: String,
         why: crate::policy::NotServed,
     },
+    /// What the request asks beyond its prompt would let an exposed PD
+    /// pair answer it from another request's data (`policy::pd`).
+    #[error("{0}")]
+    Pd(crate::policy::pd::PdRefusal),
     #[error("the guard is overloaded")]
     Overloaded,
     /// The client did not send its request in time (`body_idle_timeout_ms`,
@@ -78,6 +82,41 @@ pub enum Reason {
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+/// Every [`Reason::label`]: the README's table of refusal codes lists each
+/// (`tests/docs_metrics.rs`), and a unit test below keeps this list whole.
+pub const LABELS: &[&str] = &[
+    "context_length_exceeded",
+    "invalid_json",
+    "duplicate_key",
+    "invalid_request",
+    "template_error",
+    "unmeasurable_content",
+    "model_not_found",
+    "route_not_allowed",
+    "method_not_allowed",
+    "bad_path",
+    "bad_framing",
+    "body_too_large",
+    "unsupported_media_type",
+    "limit_unknown",
+    "server_config_unmodelled",
+    "server_config_disagrees",
+    "count_check_failed",
+    "static_limit_impossible",
+    "pd_config_disagrees",
+    "client_id_refused",
+    "pd_sampling_mask_refused",
+    "pd_hidden_states_refused",
+    "pd_speculative_differs",
+    "pd_grammar_backend_differs",
+    "pd_grammar_refused",
+    "overloaded",
+    "client_timeout",
+    "upstream_unavailable",
+    "upstream_timeout",
+    "internal_error",
+];
 
 impl From<CountError> for Reason {
     fn from(e: CountError) -> Self {
@@ -102,6 +141,7 @@ impl Reason {
             | Reason::InvalidRequest { .. }
             | Reason::Template(_)
             | Reason::Unmeasurable(_)
+            | Reason::Pd(_)
             | Reason::BadPath(_)
             | Reason::BadFraming(_) => StatusCode::BAD_REQUEST,
             Reason::UnknownModel(_) | Reason::RouteNotAllowed { .. } => StatusCode::NOT_FOUND,
@@ -141,7 +181,9 @@ impl Reason {
                 crate::policy::NotServed::Disagrees { .. } => "server_config_disagrees",
                 crate::policy::NotServed::Undercount(_) => "count_check_failed",
                 crate::policy::NotServed::ImpossibleLimit(_) => "static_limit_impossible",
+                crate::policy::NotServed::PdDisagrees(_) => "pd_config_disagrees",
             },
+            Reason::Pd(refusal) => refusal.label(),
             Reason::Overloaded => "overloaded",
             Reason::ClientTimeout(_) => "client_timeout",
             Reason::UpstreamUnavailable(_) => "upstream_unavailable",
@@ -250,6 +292,10 @@ fn not_served_message(model: &str, why: &crate::policy::NotServed) -> String {
             "model `{model}` is not served: a sampled check found the guard counting fewer tokens than \
              the server; it stays out of service until the operator reloads the guard"
         ),
+        NotServed::PdDisagrees(_) => format!(
+            "model `{model}` is not served: its prefill and decode workers disagree on {settings}, \
+             so decode would build a longer prompt than prefill sends; the operator's log says which"
+        ),
         NotServed::ImpossibleLimit(_) => format!(
             "model `{model}` is not served: the guard's configured max_req_input_len is above any \
              limit its server can have, so it would not protect it; the operator's log says the largest"
@@ -294,6 +340,84 @@ fn too_long_message(tokens: &str, limit: usize, route: Option<Route>) -> String 
 
 #[cfg(test)]
 mod tests {
+    /// One reason of every variant (and every sub-kind with its own label).
+    fn every_reason() -> Vec<super::Reason> {
+        use super::Reason as R;
+        use crate::policy::pd::PdRefusal as P;
+        use crate::policy::NotServed as N;
+        let not_served = |why| R::NotServed {
+            model: "m".into(),
+            why,
+        };
+        vec![
+            R::TooLong {
+                tokens: 2,
+                limit: 1,
+            },
+            R::TooLongAtLeast {
+                tokens: 2,
+                limit: 1,
+            },
+            R::InvalidJson(String::new()),
+            R::DuplicateKey(String::new()),
+            R::InvalidRequest {
+                message: String::new(),
+                param: None,
+            },
+            R::Template(String::new()),
+            R::Unmeasurable(String::new()),
+            R::UnknownModel(String::new()),
+            R::RouteNotAllowed {
+                path: String::new(),
+            },
+            R::MethodNotAllowed {
+                method: String::new(),
+                path: String::new(),
+            },
+            R::BadPath(String::new()),
+            R::BadFraming(String::new()),
+            R::BodyTooLarge { limit: 1 },
+            R::UnsupportedMediaType(String::new()),
+            R::LimitUnknown(String::new()),
+            not_served(N::Unmodelled(vec![])),
+            not_served(N::Disagrees {
+                setting: "s",
+                detail: String::new(),
+            }),
+            not_served(N::Undercount(String::new())),
+            not_served(N::ImpossibleLimit(crate::policy::ceiling::Impossible {
+                stated: 2,
+                context: 1,
+                source: "s",
+            })),
+            not_served(N::PdDisagrees(crate::policy::pd::Disagreement {
+                setting: "s",
+                detail: String::new(),
+            })),
+            R::Pd(P::ClientControl(String::new())),
+            R::Pd(P::SamplingMask),
+            R::Pd(P::HiddenStates(String::new())),
+            R::Pd(P::Dflash("f")),
+            R::Pd(P::GrammarBackends {
+                field: "f",
+                why: String::new(),
+            }),
+            R::Pd(P::GrammarRefused { field: "f" }),
+            R::Overloaded,
+            R::ClientTimeout("t"),
+            R::UpstreamUnavailable(String::new()),
+            R::UpstreamTimeout,
+            R::Internal(String::new()),
+        ]
+    }
+
+    #[test]
+    fn labels_lists_every_label() {
+        let labels: std::collections::BTreeSet<&str> =
+            every_reason().iter().map(|r| r.label()).collect();
+        let listed: std::collections::BTreeSet<&str> = super::LABELS.iter().copied().collect();
+        assert_eq!(labels, listed);
+    }
     use super::*;
 
     #[test]

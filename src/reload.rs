@@ -31,6 +31,7 @@ use crate::count::Clock;
 use crate::metrics::Metrics;
 use crate::policy::ceiling::{self, UpstreamContext};
 use crate::policy::discovery::{self, Discovery, ModelSpec};
+use crate::policy::pd::{Exposure, PdRules};
 use crate::policy::{profile, NotServed, Profile, Profiles};
 
 /// How long one discovery request may take (connect, answer, body).
@@ -235,9 +236,11 @@ impl Runtime {
 
 /// The prefill workers' base URLs, as `sglang::Api` joins paths onto them.
 fn worker_bases(config: &Config) -> Vec<String> {
-    config
-        .prefill_urls
-        .iter()
+    bases(&config.prefill_urls)
+}
+
+fn bases(urls: &[http::Uri]) -> Vec<String> {
+    urls.iter()
         .map(|u| u.to_string().trim_end_matches('/').to_string())
         .collect()
 }
@@ -372,7 +375,13 @@ async fn build(
         }
         initial.push((
             m.name.clone(),
-            Profile::new(m.max_req_input_len, counter, m.server.observed.clone()),
+            Profile::new(m.max_req_input_len, counter, m.server.observed.clone()).pd(
+                PdRules::unknown(
+                    Exposure::of(&m.server.observed),
+                    config.grammar_requests,
+                    profile::NO_DECODE,
+                ),
+            ),
         ));
         specs.push(ModelSpec {
             name: m.name.clone(),
@@ -387,6 +396,8 @@ async fn build(
     let discovery = (!config.prefill_urls.is_empty()).then(|| {
         let settings = discovery::Settings {
             workers: worker_bases(config),
+            decode_workers: bases(&config.decode_urls),
+            grammar_requests: config.grammar_requests,
             interval: config.discovery_interval,
             connect_timeout: config.upstream_connect_timeout,
             timeout: DISCOVERY_REQUEST_TIMEOUT,

@@ -390,3 +390,85 @@ mod through {
         );
     }
 }
+
+/// Beyond length: a 0.5.11 PD pair whose prefill has no grammar backend and
+/// whose decode has one leaks on every constrained request; on 0.5.21 the
+/// same pair does not. A 0.5.21 pair whose decode truncates and whose
+/// prefill does not leaks on every release: exposed by that alone.
+#[tokio::test]
+async fn a_prefill_without_decodes_grammar_backend_is_exposed() {
+    let pair = |version: &'static str| {
+        let mut prefill = prefill_worker(100_000);
+        prefill.server_info["version"] = json!(version);
+        prefill.server_info["grammar_backend"] = json!("none");
+        prefill.models = Some(models_listing(100_006));
+        let mut decode = prefill_worker(100_000);
+        decode.server_info["version"] = json!(version);
+        decode.server_info["disaggregation_mode"] = json!("decode");
+        decode.server_info["grammar_backend"] = json!("xgrammar");
+        decode.models = Some(models_listing(100_006));
+        (prefill, decode)
+    };
+    let (p, d) = pair("0.5.11");
+    let (p, d) = (InfoMock::start(p).await, InfoMock::start(d).await);
+    let args = [
+        "--upstream",
+        &p.url(),
+        "--prefill-url",
+        &p.url(),
+        "--decode-url",
+        &d.url(),
+        "--json",
+    ];
+    let out = audit(&args).await;
+    let r = json_report(&out);
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    let grammar = &r["beyond_length"]["paths"][1];
+    assert_eq!(grammar["exposed"], "yes", "{r:#}");
+    assert!(
+        grammar["detail"]
+            .as_str()
+            .unwrap()
+            .contains("grammar_backend=none"),
+        "{grammar}"
+    );
+    let table = text(&audit(&args[..6]).await);
+    assert!(table.contains("beyond length"), "{table}");
+
+    let (p, d) = pair("0.5.21");
+    let (p, d) = (InfoMock::start(p).await, InfoMock::start(d).await);
+    let out = audit(&[
+        "--upstream",
+        &p.url(),
+        "--prefill-url",
+        &p.url(),
+        "--decode-url",
+        &d.url(),
+        "--json",
+    ])
+    .await;
+    let r = json_report(&out);
+    assert_eq!(r["beyond_length"]["paths"][1]["exposed"], "no", "{r:#}");
+    assert_eq!(out.status.code(), Some(0), "{r:#}");
+
+    d.set(|a| a.server_info["allow_auto_truncate"] = json!(true));
+    let out = audit(&[
+        "--upstream",
+        &p.url(),
+        "--prefill-url",
+        &p.url(),
+        "--decode-url",
+        &d.url(),
+        "--json",
+    ])
+    .await;
+    let r = json_report(&out);
+    assert_eq!(out.status.code(), Some(1), "{r:#}");
+    assert!(
+        r["reason"]
+            .as_str()
+            .unwrap()
+            .contains("allow_auto_truncate"),
+        "{r:#}"
+    );
+}

@@ -155,3 +155,19 @@ fn names_are_read_as_an_operator_reads_them() {
         ]
     );
 }
+
+/// The README's table of refusal codes lists every code the guard gives.
+#[test]
+fn every_refusal_code_is_in_the_readme() {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("### Refusal codes")
+        .expect("a Refusal codes table");
+    let table = &readme[start..];
+    for label in prefill_guard::errors::LABELS {
+        assert!(
+            table.contains(&format!("| `{label}` |")),
+            "README's Refusal codes table has no row for `{label}`"
+        );
+    }
+}

@@ -19,6 +19,7 @@ use crate::count::release::{parse_version, Version};
 
 use crate::sglang::{self, Api, ApiError, LimitSource};
 
+mod paths;
 mod through;
 
 /// prefill-guard's own answer to a route it does not model (`/server_info`):
@@ -52,6 +53,10 @@ pub struct AuditArgs {
     /// /get_server_info describes only the first prefill worker.
     #[arg(long = "prefill-url")]
     pub prefill_urls: Vec<String>,
+    /// A decode worker to compare with the prefill workers; repeat for each.
+    /// Settings that differ are the leaks beyond length.
+    #[arg(long = "decode-url")]
+    pub decode_urls: Vec<String>,
     /// Print JSON (for scripts) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -158,6 +163,8 @@ pub struct Report {
     pub servers: Vec<ServerReport>,
     /// The union of the exposed servers' windows.
     pub window: Option<Window>,
+    /// Beyond length: the prefill/decode parity and each other path.
+    pub beyond_length: paths::PathsReport,
     pub verdict: Verdict,
     pub reason: String,
     pub exit_code: u8,
@@ -227,14 +234,44 @@ pub async fn audit(args: &AuditArgs) -> Report {
         first: exposed.iter().map(|w| w.first).min().unwrap_or(0),
         last: exposed.iter().map(|w| w.last).max().unwrap_or(0),
     });
+    let beyond_length = beyond_length(&api, args, &upstream_url).await;
+    let (verdict, reason) = match verdict {
+        Verdict::NotExposed | Verdict::CannotTell if beyond_length.any_exposed => (
+            Verdict::Exposed,
+            format!(
+                "beyond length: prefill and decode differ ({}); {reason}",
+                beyond_length.parity
+            ),
+        ),
+        _ => (verdict, reason),
+    };
     Report {
         upstream: upstream_url,
         servers,
         window,
+        beyond_length,
         verdict,
         reason,
         exit_code: verdict.exit_code(),
     }
+}
+
+/// The prefill workers (or the upstream) against the decode workers.
+async fn beyond_length(api: &Api, args: &AuditArgs, upstream: &str) -> paths::PathsReport {
+    let prefill_urls: Vec<&str> = if args.prefill_urls.is_empty() {
+        vec![upstream]
+    } else {
+        args.prefill_urls.iter().map(String::as_str).collect()
+    };
+    let mut prefill = Vec::new();
+    for url in prefill_urls {
+        prefill.extend(paths::read(api, url).await);
+    }
+    let mut decode = Vec::new();
+    for url in &args.decode_urls {
+        decode.extend(paths::read(api, url).await);
+    }
+    paths::report(&prefill, &decode)
 }
 
 pub(crate) async fn read_server(
@@ -625,6 +662,17 @@ fn write_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
         for (k, v) in rows {
             writeln!(out, "  {k:<width$}  {v}")?;
         }
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "beyond length (prefill vs decode: {})",
+        report.beyond_length.parity
+    )?;
+    for p in &report.beyond_length.paths {
+        writeln!(out, "  {}", p.path)?;
+        writeln!(out, "    exposed: {}; {}", p.exposed, p.detail)?;
+        writeln!(out, "    prefill-guard: {}", p.guard)?;
     }
     writeln!(out)?;
     writeln!(

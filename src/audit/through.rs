@@ -6,8 +6,9 @@
 //! never the guard's: a guard whose limit is above the servers' is exactly
 //! what this must catch. Canary prompts are token ids (`input_ids`), so
 //! their length is exact for any model and they carry no tenant data; each
-//! is marked (`x-prefill-guard-canary` header, an `rid` / `user` starting
-//! `prefill-guard-canary`) so router and server logs can tell them apart.
+//! is marked (`x-prefill-guard-canary` header, a `user` of
+//! `prefill-guard-canary`) so router and server logs can tell them apart
+//! (not an `rid`: a client-chosen request id is refused on its own).
 //!
 //! * `M - 1` ids on `/generate` must be answered (else the guard refuses
 //!   prompts the servers would serve, or cannot judge yet);
@@ -164,9 +165,9 @@ fn ids(n: usize) -> String {
     s
 }
 
-fn generate(n: usize, tag: &str) -> String {
+fn generate(n: usize) -> String {
     format!(
-        r#"{{"input_ids":{},"sampling_params":{{"max_new_tokens":1}},"rid":"prefill-guard-canary-{tag}"}}"#,
+        r#"{{"input_ids":{},"sampling_params":{{"max_new_tokens":1}}}}"#,
         ids(n)
     )
 }
@@ -189,14 +190,14 @@ fn canaries(m: usize) -> Vec<Canary> {
             m - 1,
             Expect::Answered,
             "/generate",
-            generate(m - 1, "under"),
+            generate(m - 1),
         ),
         at(
             "M ids on /generate",
             m,
             Expect::Refused,
             "/generate",
-            generate(m, "at-limit"),
+            generate(m),
         ),
         at(
             "over the limit on /v1/completions",
@@ -223,14 +224,14 @@ fn canaries(m: usize) -> Vec<Canary> {
             over,
             Expect::Refused,
             "//generate",
-            generate(over, "double-slash"),
+            generate(over),
         ),
         at(
             "over the limit on /generate?canary=1",
             over,
             Expect::Refused,
             "/generate?canary=1",
-            generate(over, "query"),
+            generate(over),
         ),
         at(
             "over the limit behind a duplicate key",
@@ -249,7 +250,7 @@ fn canaries(m: usize) -> Vec<Canary> {
                 over,
                 Expect::Refused,
                 "/generate",
-                generate(over, "chunked"),
+                generate(over),
             )
         },
         Canary {
@@ -259,7 +260,7 @@ fn canaries(m: usize) -> Vec<Canary> {
                 over,
                 Expect::Refused,
                 "/generate",
-                generate(over, "text-plain"),
+                generate(over),
             )
         },
     ]

@@ -67,6 +67,10 @@ pub struct Config {
     /// Prefill workers whose `GET /server_info` gives the limit (discovery).
     /// Empty: only static limits.
     pub prefill_urls: Vec<http::Uri>,
+    /// Decode workers compared with the prefill workers (`policy::pd`).
+    pub decode_urls: Vec<http::Uri>,
+    /// Grammar-bearing requests on an exposed release.
+    pub grammar_requests: crate::policy::pd::GrammarRequests,
     /// Time between two discovery rounds.
     pub discovery_interval: Duration,
     /// Lower `max_model_len` in `GET /v1/models` answers to the guard's limit.
@@ -346,6 +350,26 @@ impl RawModel {
     }
 }
 
+/// The prefill and decode workers' base URLs; decode workers are compared
+/// with prefill workers, so they need some.
+fn worker_urls(raw: &RawConfig) -> Result<(Vec<http::Uri>, Vec<http::Uri>), ConfigError> {
+    let parse = |key: &str, list: &Option<Vec<String>>| {
+        list.iter()
+            .flatten()
+            .map(|u| http_base_url(key, u))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let prefill = parse("prefill_urls", &raw.prefill_urls)?;
+    let decode = parse("decode_urls", &raw.decode_urls)?;
+    if !decode.is_empty() && prefill.is_empty() {
+        return Err(ConfigError(
+            "decode_urls needs prefill_urls: decode workers are compared with the prefill workers"
+                .into(),
+        ));
+    }
+    Ok((prefill, decode))
+}
+
 /// An `http://host[:port][/path]` base URL (`key` names the setting in errors).
 pub fn http_base_url(key: &str, text: &str) -> Result<http::Uri, ConfigError> {
     let uri: http::Uri = text
@@ -391,12 +415,7 @@ impl Config {
             .clone()
             .ok_or_else(|| ConfigError("`upstream` is required".into()))?;
         let upstream = http_base_url("upstream", &upstream_text)?;
-        let prefill_urls = raw
-            .prefill_urls
-            .iter()
-            .flatten()
-            .map(|u| http_base_url("prefill_urls", u))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (prefill_urls, decode_urls) = worker_urls(&raw)?;
         let discovery = !prefill_urls.is_empty();
         let mut models = Vec::new();
         if !raw.model.is_empty() {
@@ -488,6 +507,8 @@ impl Config {
             log_format: raw.log_format.unwrap_or_default(),
             shutdown_grace: Duration::from_secs(raw.shutdown_grace_secs.unwrap_or(30)),
             prefill_urls,
+            decode_urls,
+            grammar_requests: raw.grammar_requests.unwrap_or_default(),
             discovery_interval: match raw.discovery_interval_ms {
                 Some(0) => {
                     return Err(ConfigError(

@@ -139,6 +139,20 @@ pub struct RawConfig {
         value_parser = trimmed
     )]
     pub prefill_urls: Option<Vec<String>>,
+    /// A decode worker to compare with the prefill workers (GET /server_info); repeat for
+    /// each. Settings that differ take the model, or the requests they affect, out of
+    /// service. The variable takes a comma-separated list.
+    #[arg(
+        long = "decode-url",
+        env = "PREFILL_GUARD_DECODE_URLS",
+        value_delimiter = ',',
+        value_parser = trimmed
+    )]
+    pub decode_urls: Option<Vec<String>>,
+    /// Requests that compile a grammar, on a release that leaks an aborted prefill:
+    /// `when_backends_match` (default), `refuse` or `forward`.
+    #[arg(long, env = "PREFILL_GUARD_GRAMMAR_REQUESTS", value_enum)]
+    pub grammar_requests: Option<crate::policy::pd::GrammarRequests>,
     /// Milliseconds between discovery polls (default 30000).
     #[arg(long, env = "PREFILL_GUARD_DISCOVERY_INTERVAL_MS")]
     pub discovery_interval_ms: Option<u64>,
@@ -568,6 +582,8 @@ log_format = "json"
 shutdown_grace_secs = 17
 safety_margin_tokens = 18
 prefill_urls = ["http://p1:30000", "http://p2:30000"]
+decode_urls = ["http://d1:30000"]
+grammar_requests = "refuse"
 discovery_interval_ms = 19
 rewrite_models_max_len = false
 allow_routes = ["/metrics"]

@@ -320,6 +320,8 @@ impl Core {
             .profiles
             .get(model)
             .ok_or_else(|| Reason::LimitUnknown(model.to_string()))?;
+        // Beyond length: what the prefill/decode pair would stub on one side.
+        profile.pd.check(&request.features).map_err(Reason::Pd)?;
         let counter = profile.counter.clone().map_err(|why| Reason::NotServed {
             model: model.to_string(),
             why,

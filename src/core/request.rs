@@ -48,6 +48,7 @@ impl Gate {
         }
         if let RouteClass::Inspect(_) = class {
             refuse_encoded(head.headers)?;
+            refuse_overrides(head.headers)?;
         }
         Ok(class)
     }
@@ -126,6 +127,22 @@ fn passed(record: Record, path: String) -> Record {
     Record {
         pass_through: Some(path),
         ..record
+    }
+}
+
+/// SGLang (0.5.15 and later) lets `x-override-*` headers set request fields
+/// the body does not show (`entrypoints/request_headers.py`): the request id
+/// the scheduler aborts by prefix, the bootstrap room that pairs a prefill
+/// with a decode, the priority. None is a client's to choose.
+fn refuse_overrides(headers: &HeaderMap) -> Result<(), Reason> {
+    match headers
+        .keys()
+        .find(|name| name.as_str().starts_with("x-override-"))
+    {
+        Some(name) => Err(Reason::Pd(crate::policy::pd::PdRefusal::ClientControl(
+            name.as_str().to_string(),
+        ))),
+        None => Ok(()),
     }
 }
 

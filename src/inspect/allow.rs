@@ -44,6 +44,50 @@ const PROMPT_ROUTES: &[&str] = &[
     "/close_session",
 ];
 
+/// SGLang's admin routes (0.5.x `http_server.py`), never allowlisted: each
+/// acts on other clients' requests or on the server itself. `/abort_request`
+/// aborts every request whose id starts with the given one, so on prefill
+/// alone it hands decode a stub (the leak) and on both it is a cross-tenant
+/// denial of service; the rest reload weights, flush caches, pause the
+/// scheduler or change its state.
+const ADMIN_ROUTES: &[&str] = &[
+    "/abort_request",
+    "/flush_cache",
+    "/set_internal_state",
+    "/pause_generation",
+    "/continue_generation",
+    "/slow_down",
+    "/configure_logging",
+    "/start_profile",
+    "/stop_profile",
+    "/set_trace_level",
+    "/freeze_gc",
+    "/dumper",
+    "/start_expert_distribution_record",
+    "/stop_expert_distribution_record",
+    "/dump_expert_distribution_record",
+    "/update_weights_from_disk",
+    "/update_weights_from_tensor",
+    "/update_weights_from_distributed",
+    "/update_weights_from_ipc",
+    "/update_weight_version",
+    "/init_weights_update_group",
+    "/destroy_weights_update_group",
+    "/init_weights_send_group_for_remote_instance",
+    "/send_weights_to_remote_instance",
+    "/get_weights_by_name",
+    "/weights_checker",
+    "/release_memory_occupation",
+    "/resume_memory_occupation",
+    "/load_lora_adapter",
+    "/load_lora_adapter_from_tensors",
+    "/unload_lora_adapter",
+    "/add_external_corpus",
+    "/remove_external_corpus",
+    "/clear_hicache_storage_backend",
+    "/hicache",
+];
+
 /// Paths passed through uninspected, by exact canonical path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowList(BTreeSet<String>);
@@ -92,6 +136,15 @@ fn check(p: &str) -> Result<(), String> {
              forward prompts uncounted"
         ));
     }
+    if let Some(route) = ADMIN_ROUTES
+        .iter()
+        .find(|r| p == **r || p.starts_with(&format!("{r}/")))
+    {
+        return Err(format!(
+            "allow_routes: `{p}` is an SGLang admin route (`{route}`): it acts on other clients' \
+             requests or on the server, and is never forwarded"
+        ));
+    }
     if let Some(route) = PROMPT_ROUTES
         .iter()
         .find(|r| p == **r || p.starts_with(&format!("{r}/")))
@@ -127,6 +180,9 @@ mod tests {
             "/v1/messages",
             "/api/chat",
             "/open_session",
+            "/abort_request",
+            "/update_weights_from_disk",
+            "/hicache/storage-backend",
             "/v1/chat/completions/",
             "/v1/chat%2Fcompletions",
             "/x?y=1",

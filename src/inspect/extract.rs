@@ -22,6 +22,8 @@ pub struct PromptRequest {
     /// Whether the prompt field was a list of prompts (even of one): the
     /// `count` command then answers with one count per element.
     pub batch: bool,
+    /// What it asks of the server beyond its prompt (`policy::pd` decides).
+    pub features: super::features::Features,
 }
 
 pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> {
@@ -65,6 +67,7 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
         model,
         units,
         batch,
+        features: super::features::features(obj),
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod allow;
 pub mod extract;
+pub mod features;
 pub mod json;
 pub mod path;
 pub mod routes;

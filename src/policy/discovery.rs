@@ -20,12 +20,14 @@
 //! proxies only the first prefill worker, so behind a router with prefill
 //! workers of different sizes it reports one of them, not the smallest.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use super::pd::{self, Exposure, GrammarRequests, PdRules};
 use super::profile::{self, Counting, NotServed, Profile, Profiles};
 use crate::count::serving::StaticServer;
 use crate::count::serving::{show, Observed};
@@ -41,6 +43,9 @@ pub const FIRST_RETRY: Duration = Duration::from_millis(250);
 pub struct Settings {
     /// Prefill workers' base URLs (`http://host:port`), as configured.
     pub workers: Vec<String>,
+    /// Decode workers' base URLs, compared with the prefill workers.
+    pub decode_workers: Vec<String>,
+    pub grammar_requests: GrammarRequests,
     pub interval: Duration,
     pub connect_timeout: Duration,
     /// Bounds each request of a poll as a whole.
@@ -75,6 +80,26 @@ pub struct WorkerInfo {
     pub version: Option<String>,
     /// Its settings that change prompt ids (`/server_info` and `/model_info`).
     pub settings: Observed,
+    /// `disaggregation_mode` (`"prefill"`, `"decode"`, `"null"`), if said.
+    pub mode: Option<String>,
+    /// The [`pd::PD_KEYS`] it publishes, as it answered them.
+    pub pd_keys: BTreeMap<&'static str, Value>,
+}
+
+/// Which side of a PD pair a worker is listed as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Prefill,
+    Decode,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -87,6 +112,7 @@ struct WorkerState {
 
 struct Worker {
     url: String,
+    role: Role,
     state: Mutex<WorkerState>,
 }
 
@@ -108,6 +134,7 @@ pub struct Discovery {
     metrics: Arc<Metrics>,
     api: Api,
     interval: Duration,
+    grammar_requests: GrammarRequests,
     /// One round at a time: the background loop and a reload's own round
     /// never interleave their writes to `limits`.
     round: tokio::sync::Mutex<()>,
@@ -123,16 +150,17 @@ impl Discovery {
         metrics: Arc<Metrics>,
         previous: Option<&Discovery>,
     ) -> Self {
-        let workers = settings
-            .workers
-            .iter()
-            .map(|url| {
+        let listed = (settings.workers.iter().map(|u| (u, Role::Prefill)))
+            .chain(settings.decode_workers.iter().map(|u| (u, Role::Decode)));
+        let workers = listed
+            .map(|(url, role)| {
                 let inherited = previous
-                    .and_then(|p| p.workers.iter().find(|w| &w.url == url))
+                    .and_then(|p| p.workers.iter().find(|w| &w.url == url && w.role == role))
                     .map(|w| w.state().clone())
                     .unwrap_or_default();
                 Worker {
                     url: url.clone(),
+                    role,
                     state: Mutex::new(inherited),
                 }
             })
@@ -146,6 +174,7 @@ impl Discovery {
             metrics,
             api: Api::new(settings.connect_timeout, settings.timeout),
             interval: settings.interval,
+            grammar_requests: settings.grammar_requests,
             round: tokio::sync::Mutex::new(()),
         };
         // Against what was in force, so a reload that changes nothing logs
@@ -159,7 +188,8 @@ impl Discovery {
     pub async fn poll_once(&self) {
         let _round = self.round.lock().await;
         let answers =
-            futures_util::future::join_all(self.workers.iter().map(|w| self.fetch(&w.url))).await;
+            futures_util::future::join_all(self.workers.iter().map(|w| self.fetch(&w.url, w.role)))
+                .await;
         for (worker, answer) in self.workers.iter().zip(answers) {
             self.record(worker, answer);
         }
@@ -211,10 +241,11 @@ impl Discovery {
         self.workers
             .iter()
             .filter(|w| {
-                w.state()
-                    .info
-                    .as_ref()
-                    .is_some_and(|i| single || i.served.iter().any(|s| s == model))
+                w.role == Role::Prefill
+                    && w.state()
+                        .info
+                        .as_ref()
+                        .is_some_and(|i| single || i.served.iter().any(|s| s == model))
             })
             .map(|w| w.url.clone())
             .collect()
@@ -228,7 +259,12 @@ impl Discovery {
                 let s = w.state();
                 WorkerSample {
                     worker: w.url.clone(),
-                    max_req_input_len: s.info.as_ref().map(|i| i.max_req_input_len),
+                    // A decode worker's limit decides nothing.
+                    max_req_input_len: s
+                        .info
+                        .as_ref()
+                        .filter(|_| w.role == Role::Prefill)
+                        .map(|i| i.max_req_input_len),
                     max_model_len: s.info.as_ref().and_then(|i| i.max_model_len),
                     last_success_seconds: s.last_success.map(unix_seconds),
                     stale: s.info.is_some() && s.error.is_some(),
@@ -237,7 +273,7 @@ impl Discovery {
             .collect()
     }
 
-    async fn fetch(&self, url: &str) -> Result<WorkerInfo, String> {
+    async fn fetch(&self, url: &str, role: Role) -> Result<WorkerInfo, String> {
         let info = self.api.server_info(url).await.map_err(|e| e.to_string())?;
         // `/v1/models` gives the effective context length (for the fallback)
         // and the served names; an error there only matters when they are needed.
@@ -252,7 +288,13 @@ impl Discovery {
             Err(e) => return Err(e.to_string()),
         };
         let context = sglang::context_length(&info, models_value);
-        let (max_req_input_len, source) = sglang::refuse_at(&info, context).ok_or_else(|| {
+        let limit = sglang::refuse_at(&info, context);
+        // A decode worker's limit is not enforced: it need not have one.
+        let limit = match role {
+            Role::Decode => Some(limit.unwrap_or((0, LimitSource::Reported))),
+            Role::Prefill => limit,
+        };
+        let (max_req_input_len, source) = limit.ok_or_else(|| {
             let why = match &models {
                 Err(e) => format!("the context length is unknown ({e})"),
                 Ok(_) if context.is_none() => "the context length is unknown".to_string(),
@@ -271,6 +313,21 @@ impl Discovery {
             served: sglang::served_names(&info, models_value),
             version: sglang::str_field(&info, "version").map(str::to_string),
             settings: Observed::from_server(&info, model_info.as_ref()),
+            mode: sglang::field(&info, "disaggregation_mode").map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+            pd_keys: pd::PD_KEYS
+                .iter()
+                .filter_map(|(k, _)| {
+                    // Present as null is a value (no speculative algorithm);
+                    // absent is a release that does not publish it.
+                    let v = info
+                        .get(*k)
+                        .or_else(|| info["internal_states"][0].get(*k))?;
+                    Some((*k, v.clone()))
+                })
+                .collect(),
         })
     }
 
@@ -313,11 +370,14 @@ impl Discovery {
     /// they are not `self.profiles` (a reload); a change is logged and
     /// counted against them.
     fn apply(&self, in_force: Option<&Profiles>) {
-        let infos: Vec<(&str, Option<WorkerInfo>)> = self
-            .workers
-            .iter()
-            .map(|w| (w.url.as_str(), w.state().info.clone()))
-            .collect();
+        let said = |role: Role| -> Vec<(&str, Option<WorkerInfo>)> {
+            self.workers
+                .iter()
+                .filter(|w| w.role == role)
+                .map(|w| (w.url.as_str(), w.state().info.clone()))
+                .collect()
+        };
+        let (infos, decode) = (said(Role::Prefill), said(Role::Decode));
         let all_answered = infos.iter().all(|(_, i)| i.is_some());
         let single = self.models.len() == 1;
         for (index, model) in self.models.iter().enumerate() {
@@ -347,6 +407,12 @@ impl Discovery {
                 Ok(model.server.observed.clone())
             };
             let counter = self.counter_for(index, model, settings.clone());
+            let observed = settings.as_ref().unwrap_or(&model.server.observed);
+            let (pd, disagreement) = self.pd_rules(model, single, &serving, &decode, observed);
+            let counter = match disagreement {
+                Some(d) => Err(NotServed::PdDisagrees(d)),
+                None => counter,
+            };
             let current = self.profiles.get(&model.name);
             let old = in_force.map_or(current.clone(), |p| p.get(&model.name));
             let unserved = !single && all_answered && serving.is_empty();
@@ -365,8 +431,9 @@ impl Discovery {
             } else if was_unserved && !unserved {
                 tracing::info!(model = %model.name, "model served by a prefill worker again");
             }
-            let profile =
-                Profile::new(limit, counter, settings.unwrap_or_default()).unserved(unserved);
+            let profile = Profile::new(limit, counter, settings.unwrap_or_default())
+                .unserved(unserved)
+                .pd(pd);
             log_profile_change(&model.name, old.as_deref(), &profile);
             let old_limit = old.as_ref().and_then(|p| p.limit);
             if old_limit != limit && limit.is_some() {
@@ -385,11 +452,72 @@ impl Discovery {
                 c.limit == profile.limit
                     && c.unserved == profile.unserved
                     && c.settings == profile.settings
+                    && c.pd == profile.pd
                     && same_counter(&c.counter, &profile.counter)
             });
             if !unchanged {
                 self.profiles.set(&model.name, profile);
             }
+        }
+    }
+
+    /// What `model`'s prefill/decode pair lets through, from the prefill
+    /// workers `prefill` (those that serve it) and every decode worker; a
+    /// disagreement that takes the whole model out of service.
+    fn pd_rules(
+        &self,
+        model: &ModelSpec,
+        single: bool,
+        prefill: &[(&str, &WorkerInfo)],
+        decode: &[(&str, Option<WorkerInfo>)],
+        settings: &Observed,
+    ) -> (PdRules, Option<pd::Disagreement>) {
+        let unknown =
+            |why: &str| PdRules::unknown(Exposure::of(settings), self.grammar_requests, why);
+        if decode.is_empty() {
+            return (unknown(profile::NO_DECODE), None);
+        }
+        if let Some((url, _)) = decode.iter().find(|(_, i)| i.is_none()) {
+            return (
+                unknown(&format!("decode worker {url} has not answered")),
+                None,
+            );
+        }
+        let decode: Vec<(&str, &WorkerInfo)> = decode
+            .iter()
+            .filter_map(|(url, i)| Some((*url, i.as_ref()?)))
+            .filter(|(_, i)| single || i.served.contains(&model.name))
+            .collect();
+        if prefill.is_empty() || decode.is_empty() {
+            return (unknown("no prefill and decode pair serves it"), None);
+        }
+        let misplaced = (prefill.iter().map(|w| (w, "prefill")))
+            .chain(decode.iter().map(|w| (w, "decode")))
+            .find(|((_, i), role)| i.mode.as_deref() != Some(*role));
+        if let Some(((url, i), role)) = misplaced {
+            let detail = format!(
+                "{url} is listed in {role}_urls but runs disaggregation_mode={}: list each worker \
+                 under its own mode",
+                i.mode.as_deref().unwrap_or("null")
+            );
+            let d = pd::Disagreement {
+                setting: "disaggregation_mode",
+                detail,
+            };
+            return (unknown("a worker is listed under the wrong mode"), Some(d));
+        }
+        match pd::compare(&sides(prefill), &sides(&decode)) {
+            Err(disagreement) => (unknown("prefill and decode disagree"), Some(disagreement)),
+            Ok((grammar, speculative)) => (
+                PdRules {
+                    exposure: Exposure::of(settings),
+                    grammar,
+                    speculative,
+                    prefill_dflash: prefill.iter().any(|(_, i)| pd::is_dflash(&i.pd_keys)),
+                    grammar_requests: self.grammar_requests,
+                },
+                None,
+            ),
         }
     }
 
@@ -412,6 +540,18 @@ impl Discovery {
         built[index] = Some((settings, result.clone()));
         result
     }
+}
+
+/// The workers as `pd::compare` reads them.
+fn sides<'a>(workers: &'a [(&'a str, &'a WorkerInfo)]) -> Vec<pd::Side<'a>> {
+    workers
+        .iter()
+        .map(|(url, i)| pd::Side {
+            url,
+            settings: &i.settings,
+            keys: &i.pd_keys,
+        })
+        .collect()
 }
 
 /// Two profiles count the same way (the same counter, or the same reason not to).
@@ -494,6 +634,8 @@ mod tests {
     fn discovery(models: Vec<ModelSpec>, workers: &[&str]) -> Discovery {
         let settings = Settings {
             workers: workers.iter().map(|w| w.to_string()).collect(),
+            decode_workers: vec![],
+            grammar_requests: GrammarRequests::default(),
             interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
@@ -528,6 +670,8 @@ mod tests {
             served: served.iter().map(|s| s.to_string()).collect(),
             version: None,
             settings: Observed::default(),
+            mode: Some("prefill".into()),
+            pd_keys: BTreeMap::new(),
         }
     }
 
@@ -596,6 +740,8 @@ mod tests {
         assert_eq!(old.profiles.limit("m"), Some(90));
         let settings = Settings {
             workers: vec!["http://b".into()],
+            decode_workers: vec![],
+            grammar_requests: GrammarRequests::default(),
             interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),

@@ -5,6 +5,7 @@
 
 pub mod ceiling;
 pub mod discovery;
+pub mod pd;
 pub mod profile;
 
 pub use profile::{NotServed, Profile, Profiles};

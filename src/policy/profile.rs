@@ -17,6 +17,7 @@ use crate::count::serving::{
     needs_acknowledgement, show, Observed, ServerConfig, SglangEnv, StaticServer, Unmodelled,
 };
 use crate::count::{MediaBounds, ModelCounter, ModelFiles};
+use crate::policy::pd::{Exposure, GrammarRequests, PdRules};
 
 /// A model's counter, or why it has none.
 pub type Counting = Result<Arc<ModelCounter>, NotServed>;
@@ -57,6 +58,10 @@ pub enum NotServed {
     /// the model's context: enforcing it would forward prompts the prefill
     /// server stubs (`policy::ceiling`).
     ImpossibleLimit(crate::policy::ceiling::Impossible),
+    /// A prefill and a decode worker build the model's prompts differently
+    /// (or one runs in the other's mode): decode's tail pages would be
+    /// stale (`policy::pd`).
+    PdDisagrees(crate::policy::pd::Disagreement),
 }
 
 impl NotServed {
@@ -67,6 +72,7 @@ impl NotServed {
             NotServed::Disagrees { setting, .. } => vec![setting],
             NotServed::Undercount(_) => vec!["count_check"],
             NotServed::ImpossibleLimit(_) => vec!["max_req_input_len"],
+            NotServed::PdDisagrees(d) => vec![d.setting],
         }
     }
 
@@ -77,6 +83,7 @@ impl NotServed {
             NotServed::Disagrees { .. } => "disagrees",
             NotServed::Undercount(_) => "undercount",
             NotServed::ImpossibleLimit(_) => "impossible_limit",
+            NotServed::PdDisagrees(_) => "pd_disagrees",
         }
     }
 }
@@ -91,6 +98,7 @@ impl std::fmt::Display for NotServed {
             NotServed::Disagrees { detail, .. } => write!(f, "{detail}"),
             NotServed::Undercount(detail) => write!(f, "{detail}"),
             NotServed::ImpossibleLimit(why) => write!(f, "{why}"),
+            NotServed::PdDisagrees(d) => write!(f, "{}", d.detail),
         }
     }
 }
@@ -167,6 +175,9 @@ pub fn settings_from_workers(
     Ok(live.overlaid(&configured.observed))
 }
 
+/// Why decode's settings are unknown when no decode worker is read.
+pub const NO_DECODE: &str = "no decode worker is read: list them in decode_urls";
+
 /// One model's profile, as requests read it.
 #[derive(Clone)]
 pub struct Profile {
@@ -181,6 +192,8 @@ pub struct Profile {
     /// Every prefill worker answered and none lists this model among its
     /// served names (a misspelt `name`, or a worker not yet configured).
     pub unserved: bool,
+    /// What the prefill/decode pair lets through beyond length.
+    pub pd: PdRules,
 }
 
 impl Profile {
@@ -189,12 +202,24 @@ impl Profile {
         counter: Result<Arc<ModelCounter>, NotServed>,
         settings: Observed,
     ) -> Self {
+        let pd = PdRules::unknown(
+            Exposure::of(&settings),
+            GrammarRequests::default(),
+            NO_DECODE,
+        );
         Self {
             limit,
             counter,
             settings,
             unserved: false,
+            pd,
         }
+    }
+
+    /// Sets what the prefill/decode pair lets through.
+    pub fn pd(mut self, pd: PdRules) -> Self {
+        self.pd = pd;
+        self
     }
 
     /// Marks the model as served by no prefill worker.
