@@ -47,6 +47,7 @@ async fn stack_at(mode: Mode, version: Option<&str>) -> Stack {
         context_length: None,
         default_chat_template_kwargs: None,
         sglang_version: version.map(str::to_owned),
+        prefill_grammar_backend: prefill_guard::sim::grammar::GrammarBackend::Xgrammar,
         handoff_timeout_secs: 10,
     })
     .await

@@ -96,6 +96,7 @@ pub async fn run(args: &DemoArgs, out: &mut (impl Write + Send)) -> anyhow::Resu
         context_length: None,
         default_chat_template_kwargs: None,
         sglang_version: None,
+        prefill_grammar_backend: crate::sim::grammar::GrammarBackend::Xgrammar,
         handoff_timeout_secs: 30,
     })
     .await?;

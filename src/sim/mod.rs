@@ -28,6 +28,16 @@
 //!    transfer, slots `1..L` still hold whatever the previous owner of those
 //!    pages left there: another tenant's prompt.
 //!
+//! Length is not the only way into step 2 ([`grammar`];
+//! `shared/docs/pd-abort-paths.md` row G1). With `--prefill-grammar-backend
+//! none` the prefill worker runs as if launched with `--grammar-backend
+//! none` while decode keeps xgrammar: every request carrying a grammar
+//! (`json_schema`, `regex`, `ebnf`, `structural_tag`; on the OpenAI routes a
+//! `response_format` or a forced tool call) takes the same path as an
+//! over-long prompt, whatever its length: a one-token handoff before 0.5.20,
+//! SGLang's 400 from 0.5.20 on. Each worker reports its backend as
+//! `grammar_backend` in `/server_info`.
+//!
 //! The simulated model "generates" by reading its context back (the output
 //! is the detokenized KV slots), so a normal answer echoes the caller's own
 //! prompt and an answer built on stale pages echoes someone else's.
@@ -63,6 +73,7 @@
 //! sampling: the "model" is deterministic.
 
 pub mod dispatch;
+pub mod grammar;
 pub mod kv;
 pub mod model;
 pub mod release;
@@ -80,6 +91,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use grammar::GrammarBackend;
 use kv::KvPool;
 use model::SimModel;
 use release::SimRelease;
@@ -136,6 +148,12 @@ pub struct SimArgs {
     /// mode: vulnerable before 0.5.20, fixed from 0.5.20.
     #[arg(long, value_name = "VERSION")]
     pub sglang_version: Option<String>,
+    /// The prefill worker's --grammar-backend (decode always has xgrammar).
+    /// `none`: every request carrying a grammar (json_schema, regex, ebnf,
+    /// structural_tag, an OpenAI response_format or forced tool call) is
+    /// stubbed as an over-long prompt is, so decode reads stale KV.
+    #[arg(long, value_enum, default_value = "xgrammar")]
+    pub prefill_grammar_backend: GrammarBackend,
     /// The port reported as the prefill bootstrap port (nothing listens on it).
     #[arg(long, default_value_t = 8998)]
     pub bootstrap_port: u16,
@@ -223,9 +241,14 @@ impl SimPair {
             tasks: Vec::new(),
         };
         for (role, listener) in [(Role::Prefill, prefill), (Role::Decode, decode)] {
+            let grammar_backend = match role {
+                Role::Prefill => args.prefill_grammar_backend,
+                Role::Decode => GrammarBackend::Xgrammar,
+            };
             let worker = Arc::new(Worker {
                 role,
                 mode: args.mode,
+                grammar_backend,
                 model: model.clone(),
                 pool: pool.clone(),
                 max_req_input_len: args.max_req_input_len,
@@ -282,6 +305,7 @@ pub async fn run(args: &SimArgs) -> anyhow::Result<()> {
             "decode": format!("http://{}", pair.decode),
             "bootstrap_port": args.bootstrap_port,
             "mode": args.mode.name(),
+            "prefill_grammar_backend": args.prefill_grammar_backend.name(),
             "version": pair.version,
         })
     );

@@ -10,9 +10,14 @@
 //!   the request is aborted with SGLang's 400 and the room is told, so decode
 //!   answers with the same error instead of generating. Under the limit every
 //!   token is written.
-//! * **decode** reserves pages for the full prompt it tokenized, waits for the
-//!   transfer, and "generates" by reading its context back: the answer is
-//!   the detokenized KV slots, up to the request's token budget.
+//!   A prefill launched with `--grammar-backend none` treats every sequence
+//!   carrying a grammar the same way ([`super::grammar`]: the scheduler's
+//!   grammar manager calls the same `set_finish_with_abort`), after the length
+//!   check.
+//! * **decode** (which always has a grammar backend) reserves pages for the
+//!   full prompt it tokenized, waits for the transfer, and "generates" by
+//!   reading its context back: the answer is the detokenized KV slots, up to
+//!   the request's token budget.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +31,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::grammar::{self, GrammarBackend};
 use super::kv::{KvError, KvPool};
 use super::model::SimModel;
 use super::Mode;
@@ -56,6 +62,9 @@ impl Role {
 pub struct Worker {
     pub role: Role,
     pub mode: Mode,
+    /// `--grammar-backend`: `Disabled` stubs (or, fixed, refuses) every
+    /// sequence carrying a grammar.
+    pub grammar_backend: GrammarBackend,
     pub model: Arc<SimModel>,
     pub pool: KvPool,
     /// Prefill's refuse-at value.
@@ -159,16 +168,8 @@ impl Worker {
     }
 
     async fn prefill(&self, p: Parsed) -> Response {
-        let over = p.prompts.iter().find(|q| q.len() >= self.max_req_input_len);
-        let refusal = over.map(|q| {
-            format!(
-                "Input length ({} tokens) exceeds the maximum allowed length ({} tokens). \
-                 Use a shorter input or enable --allow-auto-truncate.",
-                q.len(),
-                self.max_req_input_len
-            )
-        });
-        if let (Some(message), Mode::Fixed) = (&refusal, self.mode) {
+        let aborts = self.aborts(&p);
+        if let (Some(message), Mode::Fixed) = (aborts.iter().flatten().next(), self.mode) {
             // Every room of the request is told, so decode answers at once
             // instead of waiting out the handoff for the batch's other items.
             for &room in &p.rooms {
@@ -177,13 +178,12 @@ impl Worker {
             return abort_response(p.route, p.stream, StatusCode::BAD_REQUEST, message);
         }
         let mut transfers = Vec::new();
-        for (prompt, &room) in p.prompts.iter().zip(&p.rooms) {
+        for ((prompt, &room), abort) in p.prompts.iter().zip(&p.rooms).zip(&aborts) {
             // Vulnerable: the verdict is parked in `to_finish`, the prompt is
             // swapped for the placeholder, and the handoff goes on.
-            let tokens: &[u32] = if prompt.len() >= self.max_req_input_len {
-                &PLACEHOLDER
-            } else {
-                prompt
+            let tokens: &[u32] = match abort {
+                Some(_) => &PLACEHOLDER,
+                None => prompt,
             };
             transfers.push(self.pool.transfer(room, tokens, self.handoff_timeout));
         }
@@ -195,6 +195,33 @@ impl Worker {
         // is decode's to emit); the router returns decode's answer.
         let outputs = p.prompts.iter().map(|q| (q.len(), Vec::new())).collect();
         self.respond(&p, outputs, "length")
+    }
+
+    /// Per sequence, why prefill's scheduler calls `set_finish_with_abort`
+    /// on it, if it does: `validate_input_length` first, then the grammar
+    /// manager (only without a grammar backend).
+    fn aborts(&self, p: &Parsed) -> Vec<Option<String>> {
+        let n = p.prompts.len();
+        let grammars = match self.grammar_backend {
+            GrammarBackend::Disabled => grammar::grammar_bearing(p.route, &p.body, n),
+            GrammarBackend::Xgrammar => vec![false; n],
+        };
+        p.prompts
+            .iter()
+            .zip(grammars)
+            .map(|(q, grammar)| {
+                if q.len() >= self.max_req_input_len {
+                    Some(format!(
+                        "Input length ({} tokens) exceeds the maximum allowed length ({} tokens). \
+                         Use a shorter input or enable --allow-auto-truncate.",
+                        q.len(),
+                        self.max_req_input_len
+                    ))
+                } else {
+                    grammar.then(|| grammar::NO_BACKEND.to_owned())
+                }
+            })
+            .collect()
     }
 
     async fn decode(&self, p: Parsed) -> Response {
@@ -432,6 +459,7 @@ impl Worker {
             "allow_auto_truncate": false,
             "speculative_algorithm": null,
             "skip_tokenizer_init": false,
+            "grammar_backend": self.grammar_backend.name(),
             "is_embedding": false,
             "chat_template": null,
             "status": "ready",

@@ -247,7 +247,10 @@ class Stacks:
     started: list[Proc] = field(default_factory=list)
 
     def sim(self, mode: str, kv_pages: int = 16384, tokenizer: Path | None = None,
-            model: str = MODEL, extra: list[str] | None = None) -> Sim:
+            model: str = MODEL, extra: list[str] | None = None,
+            prefill_grammar_backend: str | None = None) -> Sim:
+        """`prefill_grammar_backend`: the prefill worker's --grammar-backend
+        (`none` or `xgrammar`; the simulator's default, xgrammar, when None)."""
         announced: dict = {}
 
         def watch(line: str) -> None:
@@ -270,7 +273,9 @@ class Stacks:
                 "--max-req-input-len", str(LIMIT),
                 "--mode", mode,
                 "--kv-pages", str(kv_pages),
-            ] + (extra or []),
+            ]
+            + (["--prefill-grammar-backend", prefill_grammar_backend] if prefill_grammar_backend else [])
+            + (extra or []),
             watch,
         )
         wait_until("the simulator's address line", proc, lambda: "decode" in announced)
@@ -320,7 +325,9 @@ class Stacks:
         return Router(url=url, proc=proc)
 
     def guard(self, upstream: str, prefill: str, tokenizer: Path | None = None,
-              model: str = MODEL) -> Guard:
+              model: str = MODEL, decode: str | None = None) -> Guard:
+        """`decode`: a decode worker's base URL (`--decode-url`), whose settings
+        the guard compares with the prefill worker's; none when None."""
         serving: dict = {}
 
         def watch(line: str) -> None:
@@ -345,7 +352,8 @@ class Stacks:
                 # /get_server_info is the router's own summary.
                 "--prefill-url", prefill,
                 "--log-format", "json",
-            ],
+            ]
+            + (["--decode-url", decode] if decode else []),
             watch,
         )
         wait_until("the guard's serving line", proc, lambda: "listen" in serving and "admin_listen" in serving)
