@@ -58,12 +58,72 @@ impl Cli {
                         &format!("'{arg}'"),
                         &format!("the variable {var} (flag '{arg}')"),
                     );
-                    clap::Error::raw(e.kind(), text.trim_start_matches("error: ")).exit()
+                    // The configuration is wrong, not the command line:
+                    // sysexits' EX_USAGE, as for a bad file (README).
+                    eprintln!(
+                        "prefill-guard: {}",
+                        text.trim_start_matches("error: ").trim_end()
+                    );
+                    std::process::exit(64)
                 }
                 None => e.exit(),
             }
         })
     }
+}
+
+/// `PREFILL_GUARD_*` variables that are not settings: the test harness's.
+const HARNESS_VARIABLES: [&str; 3] = [
+    "PREFILL_GUARD_SHARED",
+    "PREFILL_GUARD_BIN",
+    "PREFILL_GUARD_PYENV",
+];
+
+/// A `PREFILL_GUARD_*` variable `serve` does not read, with the nearest one
+/// it does: a misspelt variable would otherwise be ignored silently (a TOML
+/// typo is refused; `PREFILL_GUARD_SAFETY_MARGIN_TOKEN=5` must be too).
+pub fn unknown_variable(names: impl IntoIterator<Item = String>) -> Option<String> {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let known: Vec<String> = command
+        .get_subcommands()
+        .filter(|c| c.get_name() == "serve")
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_env()?.to_str().map(str::to_owned))
+        .chain(HARNESS_VARIABLES.iter().map(|v| v.to_string()))
+        .collect();
+    let unknown = names
+        .into_iter()
+        .filter(|n| n.starts_with("PREFILL_GUARD_") && !known.contains(n))
+        .min()?;
+    let nearest = known
+        .iter()
+        .min_by_key(|k| edit_distance(k, &unknown))
+        .filter(|k| edit_distance(k, &unknown) <= 4);
+    Some(match nearest {
+        Some(k) => format!("{unknown} is not a prefill-guard variable; did you mean {k}?"),
+        None => {
+            format!("{unknown} is not a prefill-guard variable (README, Configuration, lists each)")
+        }
+    })
+}
+
+/// Levenshtein distance, for the nearest variable name.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 #[derive(Debug, Subcommand)]

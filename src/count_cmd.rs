@@ -87,24 +87,32 @@ fn parse_date(text: &str) -> anyhow::Result<chrono::NaiveDateTime> {
         return Ok(t);
     }
     let d = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .map_err(|e| anyhow::anyhow!("--date {text}: expected YYYY-MM-DD ({e})"))?;
+        .map_err(|e| UsageError(format!("--date {text}: expected YYYY-MM-DD ({e})")))?;
     Ok(d.and_hms_opt(0, 0, 0).expect("midnight exists"))
 }
 
 /// `prefill-guard count`: one JSON line per file, in order. Returns whether
 /// every file was counted (the exit status is 1 otherwise).
+/// A flag's value the command cannot use: exit status 2, as for the usage
+/// errors clap finds (README, "Exit codes").
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 pub async fn run(args: &CountArgs, out: &mut impl Write) -> anyhow::Result<bool> {
-    let forced =
-        match &args.route {
-            Some(text) => {
-                let path = inspect::path::canonical_path(&text.parse()?)
-                    .map_err(|e| anyhow::anyhow!("--route {text}: {e}"))?;
-                Some(Route::from_path(&path).ok_or_else(|| {
-                    anyhow::anyhow!("--route {path}: not a route the guard counts")
-                })?)
-            }
-            None => None,
-        };
+    let forced = match &args.route {
+        Some(text) => {
+            let uri = text
+                .parse()
+                .map_err(|e| UsageError(format!("--route {text}: {e}")))?;
+            let path = inspect::path::canonical_path(&uri)
+                .map_err(|e| UsageError(format!("--route {text}: {e}")))?;
+            Some(Route::from_path(&path).ok_or_else(|| {
+                UsageError(format!("--route {path}: not a route the guard counts"))
+            })?)
+        }
+        None => None,
+    };
     let clock = match &args.date {
         Some(d) => Clock::Fixed(parse_date(d)?),
         None => Clock::Local,

@@ -14,6 +14,14 @@ fn main() -> ExitCode {
     match cli.command {
         // `serve` runs on one event loop and starts more for the proxy port
         // itself (`io_threads`, `server::ProxyLoops`).
+        Command::Serve(_)
+            if let Some(why) = cli::unknown_variable(
+                std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()),
+            ) =>
+        {
+            eprintln!("prefill-guard: {why}");
+            ExitCode::from(EX_USAGE)
+        }
         Command::Serve(args) => match args.load_config() {
             Ok(config) => {
                 let source = args.config_source();
@@ -86,7 +94,13 @@ fn exit(result: anyhow::Result<bool>) -> ExitCode {
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("prefill-guard: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<prefill_guard::count_cmd::UsageError>()
+                .is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

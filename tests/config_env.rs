@@ -100,8 +100,58 @@ async fn a_misspelt_variable_is_refused_naming_it() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{name}={value} was accepted");
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{name}={value}: a bad variable is an invalid configuration (README: 64): {stderr}"
+        );
         assert!(stderr.contains(says), "{name}={value}: {stderr}");
+    }
+}
+
+/// A variable `serve` does not read is refused with the nearest one it
+/// does, not ignored: `PREFILL_GUARD_SAFETY_MARGIN_TOKEN=5` would otherwise
+/// start with a margin of 0.
+#[tokio::test]
+async fn an_unknown_variable_is_refused_with_the_nearest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = binary_config(dir.path(), "127.0.0.1:9", "max_req_input_len = 10\n");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("PREFILL_GUARD_SAFETY_MARGIN_TOKEN", "5")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("PREFILL_GUARD_SAFETY_MARGIN_TOKEN is not a prefill-guard variable")
+            && stderr.contains("did you mean PREFILL_GUARD_SAFETY_MARGIN_TOKENS?"),
+        "{stderr}"
+    );
+}
+
+/// `count` with a flag value it cannot use is a usage error: exit 2.
+#[test]
+fn a_count_usage_error_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    prefill_guard::demo::write_demo_model(dir.path()).unwrap();
+    let body = dir.path().join("b.json");
+    std::fs::write(&body, "{}").unwrap();
+    for bad in [["--route", "/not-a-route"], ["--date", "yesterday"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_prefill-guard"))
+            .args(["count", "--tokenizer"])
+            .arg(dir.path())
+            .args(bad)
+            .arg(&body)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
