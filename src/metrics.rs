@@ -66,12 +66,38 @@ pub struct Metrics {
     limit_changes: CounterVec,
     reloads: CounterVec,
     count_checks: CounterVec,
+    /// Per model: its last sampled check could not be made.
+    count_check_failing: std::sync::Mutex<std::collections::BTreeMap<String, bool>>,
     connections_refused: CounterVec,
     client_timeouts: CounterVec,
     /// Open connections per listener and per peer (shared across reloads).
     pub connections: Arc<Connections>,
     /// The count cache's totals (shared by every cache a reload builds).
     pub count_cache: Arc<CacheCounters>,
+}
+
+impl Metrics {
+    fn render_count_check_failing(&self, out: &mut String) {
+        let map = self
+            .count_check_failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        header(
+            out,
+            "prefill_guard_count_check_failing",
+            "1 while a model's sampled count checks cannot be made (its last one failed: no \
+             worker, a refused /v1/tokenize, an unreadable answer); the reason is logged at WARN.",
+            "gauge",
+        );
+        for (model, failing) in map.iter() {
+            let _ = writeln!(
+                out,
+                "prefill_guard_count_check_failing{} {}",
+                labels(&["model"], &[model], None),
+                u8::from(*failing)
+            );
+        }
+    }
 }
 
 /// One prefill worker as discovery last saw it, read at scrape time. The
@@ -146,10 +172,12 @@ impl Metrics {
             count_checks: CounterVec::new(
                 "prefill_guard_count_check_total",
                 "Sampled allowed requests counted again and compared with a prefill worker's \
-                 /v1/tokenize (verify_sample_rate): equal, over (the guard counts more: safe), under \
-                 (an undercount: the model is taken out of service), error, or skipped (checks busy).",
+                 /v1/tokenize (verify_sample_rate): equal, over (the guard counts more: safe), \
+                 under_within_margin (an undercount safety_margin_tokens covers: reported), under \
+                 (beyond it: the model is taken out of service), error, or skipped (checks busy).",
                 &["model", "result"],
             ),
+            count_check_failing: Default::default(),
             reloads: CounterVec::new(
                 "prefill_guard_reloads_total",
                 "Configuration reloads (SIGHUP), by outcome: success or failure (the old state kept).",
@@ -194,6 +222,15 @@ impl Metrics {
     /// `result`: `equal`, `over`, `under`, `error` or `skipped`.
     pub fn count_check(&self, model: &str, result: &'static str) {
         self.count_checks.inc(&[model, result]);
+    }
+
+    /// Whether `model`'s sampled checks currently cannot be made.
+    pub fn count_check_failing(&self, model: &str, failing: bool) {
+        let mut map = self
+            .count_check_failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        map.insert(model.to_string(), failing);
     }
 
     /// `outcome`: `success` or `failure`.
@@ -280,6 +317,7 @@ impl Metrics {
         self.discovery_errors.render(&mut out);
         self.reloads.render(&mut out);
         self.count_checks.render(&mut out);
+        self.render_count_check_failing(&mut out);
         self.connections_refused.render(&mut out);
         self.client_timeouts.render(&mut out);
         header(

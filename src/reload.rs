@@ -33,6 +33,7 @@ use crate::policy::ceiling::{self, UpstreamContext};
 use crate::policy::discovery::{self, Discovery, ModelSpec};
 use crate::policy::pd::{Exposure, PdRules};
 use crate::policy::{profile, NotServed, Profile, Profiles};
+use crate::verify::{Oracle, Sampler, SamplerSettings};
 
 /// How long one discovery request may take (connect, answer, body).
 const DISCOVERY_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -263,7 +264,11 @@ async fn name_after_workers(config: &mut Config, running: Option<&str>) {
     if !model.named_by_default || workers.is_empty() {
         return;
     }
-    let api = crate::sglang::Api::new(connect, NAME_QUESTION_TIMEOUT);
+    let api = crate::sglang::Api::with_key(
+        connect,
+        NAME_QUESTION_TIMEOUT,
+        config.sglang_api_key.as_ref(),
+    );
     let asks = workers.into_iter().map(|url| {
         let api = &api;
         async move {
@@ -397,6 +402,7 @@ async fn build(
         let settings = discovery::Settings {
             workers: worker_bases(config),
             decode_workers: bases(&config.decode_urls),
+            api_key: config.sglang_api_key.clone(),
             grammar_requests: config.grammar_requests,
             interval: config.discovery_interval,
             connect_timeout: config.upstream_connect_timeout,
@@ -420,22 +426,36 @@ async fn build(
                 .collect(),
             profiles: profiles.clone(),
             interval: config.discovery_interval,
-            api: crate::sglang::Api::new(
+            api: crate::sglang::Api::with_key(
                 config.upstream_connect_timeout,
                 DISCOVERY_REQUEST_TIMEOUT,
+                config.sglang_api_key.as_ref(),
             ),
         })
     });
     let names = config.models.iter().map(|m| m.name.clone()).collect();
-    let sampler = match (&discovery, config.verify_sample_rate > 0.0) {
-        (Some(d), true) => Some(Arc::new(crate::verify::Sampler::new(
-            config.verify_sample_rate,
-            d.clone(),
-            profiles.clone(),
-            metrics.clone(),
-        ))),
-        _ => None,
+    let oracle = match (&config.verify_tokenize_url, &discovery) {
+        (Some(url), _) => Some(Oracle::Url(
+            url.to_string().trim_end_matches('/').to_string(),
+        )),
+        (None, Some(d)) => Some(Oracle::Workers(d.clone())),
+        (None, None) => None,
     };
+    let sampler = oracle
+        .filter(|_| config.verify_sample_rate > 0.0)
+        .map(|oracle| {
+            let settings = SamplerSettings {
+                rate: config.verify_sample_rate,
+                oracle,
+                margins: config
+                    .models
+                    .iter()
+                    .map(|m| (m.name.clone(), m.safety_margin_tokens))
+                    .collect(),
+                api_key: config.sglang_api_key.clone(),
+            };
+            Arc::new(Sampler::new(settings, profiles.clone(), metrics.clone()))
+        });
     let guard = Guard::new(
         names,
         profiles,

@@ -39,6 +39,29 @@ impl ApiError {
     }
 }
 
+/// SGLang's `--api-key`, sent as `Authorization: Bearer` on the guard's own
+/// calls. Its `Debug` is redacted so no log line or error carries it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(reqwest::header::HeaderValue);
+
+impl ApiKey {
+    pub fn new(key: &str) -> Result<Self, String> {
+        if key.is_empty() {
+            return Err("the key is empty".into());
+        }
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| "the key is not a valid header value".to_string())?;
+        value.set_sensitive(true);
+        Ok(Self(value))
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(redacted)")
+    }
+}
+
 /// A small client for SGLang's JSON endpoints. It ignores `HTTP(S)_PROXY`:
 /// the servers it talks to are the operator's own, next to the guard.
 #[derive(Clone)]
@@ -49,7 +72,17 @@ pub struct Api {
 impl Api {
     /// `timeout` bounds each request as a whole (connect, headers, body).
     pub fn new(connect_timeout: Duration, timeout: Duration) -> Self {
+        Self::with_key(connect_timeout, timeout, None)
+    }
+
+    /// [`Api::new`] authenticating with SGLang's `--api-key`.
+    pub fn with_key(connect_timeout: Duration, timeout: Duration, key: Option<&ApiKey>) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(key) = key {
+            headers.insert(reqwest::header::AUTHORIZATION, key.0.clone());
+        }
         let client = reqwest::Client::builder()
+            .default_headers(headers)
             .no_proxy()
             // The server's access log tells the guard's questions from traffic.
             .user_agent(concat!("prefill-guard/", env!("CARGO_PKG_VERSION")))

@@ -90,6 +90,7 @@ async fn exact_counting_never_decides_by_the_bound() {
                 Route::Generate,
                 Some(b"application/json"),
                 Default::default(),
+                None,
                 body.clone(),
             )
             .await;

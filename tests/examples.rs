@@ -52,6 +52,7 @@ fn worker(model: &str, pool: usize) -> Answers {
         ),
         legacy_only: false,
         fail_with: None,
+        api_key: None,
     }
 }
 

@@ -324,6 +324,132 @@ async fn a_sampled_undercount_takes_the_model_out_of_service_until_a_reload() {
     .await;
 }
 
+/// An undercount within `safety_margin_tokens` is what the margin is for:
+/// reported (`under_within_margin`), the model stays in service.
+#[tokio::test]
+async fn an_undercount_within_the_margin_is_reported_not_quarantined() {
+    let w = InfoMock::start(prefill_worker(100)).await;
+    let live = start_live(&format!(
+        "verify_sample_rate = 1.0\nsafety_margin_tokens = 1\n{}",
+        workers(&[&w])
+    ))
+    .await;
+    eventually("the limit is known", || async { live.limit() == Some(99) }).await;
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "zebra"}]});
+    assert_eq!(live.g.post("/v1/chat/completions", &body).await.status, 200);
+    let series = format!(
+        "prefill_guard_count_check_total{{model=\"{MODEL}\",result=\"under_within_margin\"}}"
+    );
+    eventually("the undercount is reported", || async {
+        sample(&live.g.metrics().await, &series) == 1.0
+    })
+    .await;
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(1)).await.status,
+        200,
+        "still served"
+    );
+}
+
+/// Verification that cannot verify is loud: a `/v1/tokenize` behind
+/// SGLang's `--api-key` answers 401 until the guard is given the key
+/// (`sglang_api_key_file`), and `prefill_guard_count_check_failing` says so
+/// meanwhile. The key reaches discovery too.
+#[tokio::test]
+async fn a_failing_verification_is_a_metric_and_the_api_key_fixes_it() {
+    let mut answers = prefill_worker(100);
+    answers.api_key = Some("s3cret".into());
+    let w = InfoMock::start(answers).await;
+    // Without the key discovery itself is refused: the worker is named.
+    let live = start_live(&format!("verify_sample_rate = 1.0\n{}", workers(&[&w]))).await;
+    eventually("discovery fails with 401", || async {
+        live.g
+            .metrics()
+            .await
+            .contains("prefill_guard_discovery_errors_total")
+    })
+    .await;
+    assert_eq!(live.limit(), None);
+    drop(live);
+
+    // With the key discovery answers; tokenize then fails for another reason.
+    let dir = tempfile::tempdir().unwrap();
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "s3cret\n").unwrap();
+    let live = start_live(&format!(
+        "verify_sample_rate = 1.0\nsglang_api_key_file = {:?}\n{}",
+        key_file.display().to_string(),
+        workers(&[&w])
+    ))
+    .await;
+    eventually("the limit is known", || async { live.limit() == Some(100) }).await;
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(2)).await.status,
+        200
+    );
+    let equal = format!("prefill_guard_count_check_total{{model=\"{MODEL}\",result=\"equal\"}}");
+    eventually("a check is made with the key", || async {
+        sample(&live.g.metrics().await, &equal) == 1.0
+    })
+    .await;
+    let failing = format!("prefill_guard_count_check_failing{{model=\"{MODEL}\"}}");
+    assert_eq!(sample(&live.g.metrics().await, &failing), 0.0);
+    // The worker's key changes: checks fail, and the gauge says so.
+    w.set(|a| a.api_key = Some("rotated".into()));
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(2)).await.status,
+        200
+    );
+    eventually("the failure is a metric", || async {
+        sample(&live.g.metrics().await, &failing) == 1.0
+    })
+    .await;
+}
+
+/// Without discovery, `verify_tokenize_url` is where sampled requests are
+/// tokenized, and an undercount's log line carries the request id.
+#[tokio::test]
+async fn static_mode_verifies_through_its_tokenize_url() {
+    let w = InfoMock::start(prefill_worker(100)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = binary_config(
+        dir.path(),
+        "127.0.0.1:9",
+        &format!(
+            "max_req_input_len = 100\nverify_sample_rate = 1.0\nverify_tokenize_url = \"{}\"\n",
+            w.url()
+        ),
+    );
+    let mut guard = spawn_binary_with_args(&config, &[]).await;
+    let listen = guard.serving["listen"].as_str().unwrap().to_string();
+    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": "zebra"}]});
+    // The upstream is down (502): the sample is taken once the guard allowed it.
+    let answer = reqwest::Client::new()
+        .post(format!("http://{listen}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-request-id", "req-zebra-1")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 502);
+    let line = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let line = guard.logs.recv().await.expect("the guard logs");
+            if line["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("the guard undercounted a sampled request"))
+            {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("an undercount line");
+    assert_eq!(line["request_id"], "req-zebra-1", "{line}");
+    assert!(w.hits("/v1/tokenize") >= 1);
+}
+
 /// A server template that says `hello` once per key of each tool's function,
 /// then the message words: the demo tokenizer counts `n + 3` for a chat of
 /// `n` words and one `{"name": ...}` tool as SGLang 0.5.23 dumps it

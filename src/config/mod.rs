@@ -85,6 +85,10 @@ pub struct Config {
     /// The share of allowed requests counted again and compared with a
     /// prefill worker's `/v1/tokenize` (0: off).
     pub verify_sample_rate: f64,
+    /// Where sampled requests are tokenized without discovery.
+    pub verify_tokenize_url: Option<http::Uri>,
+    /// SGLang's `--api-key`, for the guard's own calls to it.
+    pub sglang_api_key: Option<crate::sglang::ApiKey>,
 }
 
 /// The HTTP authorization service (`ext::authz_http`): off unless `listen` is set.
@@ -350,6 +354,50 @@ impl RawModel {
     }
 }
 
+/// The share of requests verified, and where, when no worker is discovered.
+fn verification(raw: &RawConfig) -> Result<(f64, Option<http::Uri>), ConfigError> {
+    let url = raw
+        .verify_tokenize_url
+        .as_deref()
+        .map(|u| http_base_url("verify_tokenize_url", u))
+        .transpose()?;
+    let rate = raw.verify_sample_rate.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(ConfigError(format!(
+            "verify_sample_rate {rate} must be between 0 and 1"
+        )));
+    }
+    if rate > 0.0 && url.is_none() && raw.prefill_urls.as_ref().is_none_or(Vec::is_empty) {
+        return Err(ConfigError(
+            "verify_sample_rate needs a server to tokenize with: prefill_urls (each prefill \
+             worker's /v1/tokenize) or verify_tokenize_url"
+                .into(),
+        ));
+    }
+    Ok((rate, url))
+}
+
+/// SGLang's `--api-key`, from its file or its variable (not both: which one
+/// is in force would be a guess).
+fn api_key(raw: &RawConfig) -> Result<Option<crate::sglang::ApiKey>, ConfigError> {
+    match (&raw.sglang_api_key_file, &raw.sglang_api_key) {
+        (Some(_), Some(_)) => Err(ConfigError(
+            "set sglang_api_key_file or sglang_api_key, not both".into(),
+        )),
+        (Some(path), None) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("sglang_api_key_file {}: {e}", path.display())))?;
+            crate::sglang::ApiKey::new(text.trim())
+                .map(Some)
+                .map_err(|e| ConfigError(format!("sglang_api_key_file {}: {e}", path.display())))
+        }
+        (None, Some(key)) => crate::sglang::ApiKey::new(key.trim())
+            .map(Some)
+            .map_err(|e| ConfigError(format!("sglang_api_key: {e}"))),
+        (None, None) => Ok(None),
+    }
+}
+
 /// The prefill and decode workers' base URLs; decode workers are compared
 /// with prefill workers, so they need some.
 fn worker_urls(raw: &RawConfig) -> Result<(Vec<http::Uri>, Vec<http::Uri>), ConfigError> {
@@ -416,6 +464,7 @@ impl Config {
             .ok_or_else(|| ConfigError("`upstream` is required".into()))?;
         let upstream = http_base_url("upstream", &upstream_text)?;
         let (prefill_urls, decode_urls) = worker_urls(&raw)?;
+        let (verify_sample_rate, verify_tokenize_url) = verification(&raw)?;
         let discovery = !prefill_urls.is_empty();
         let mut models = Vec::new();
         if !raw.model.is_empty() {
@@ -529,21 +578,9 @@ impl Config {
                 path_prefix: authz_path_prefix(raw.authz_path_prefix.as_deref().unwrap_or(""))?,
                 style: raw.authz_style.unwrap_or_default(),
             },
-            verify_sample_rate: match raw.verify_sample_rate.unwrap_or(0.0) {
-                r if !(0.0..=1.0).contains(&r) => {
-                    return Err(ConfigError(format!(
-                        "verify_sample_rate {r} must be between 0 and 1"
-                    )))
-                }
-                r if r > 0.0 && raw.prefill_urls.as_ref().is_none_or(Vec::is_empty) => {
-                    return Err(ConfigError(
-                        "verify_sample_rate needs prefill_urls: sampled requests are checked against a \
-                         prefill worker's /v1/tokenize"
-                            .into(),
-                    ))
-                }
-                r => r,
-            },
+            verify_sample_rate,
+            verify_tokenize_url,
+            sglang_api_key: api_key(&raw)?,
         })
     }
 

@@ -193,6 +193,23 @@ pub struct RawConfig {
     /// service until a reload (default 0: off; needs --prefill-url).
     #[arg(long, env = "PREFILL_GUARD_VERIFY_SAMPLE_RATE", value_name = "RATE")]
     pub verify_sample_rate: Option<f64>,
+    /// Where sampled requests are tokenized (POST /v1/tokenize) when no prefill worker is
+    /// discovered: a server of the same build and settings as the prefill workers.
+    #[arg(long, env = "PREFILL_GUARD_VERIFY_TOKENIZE_URL", value_name = "URL")]
+    pub verify_tokenize_url: Option<String>,
+    /// A file holding SGLang's --api-key, sent as a bearer token on the guard's own calls
+    /// (discovery, /v1/models, /v1/tokenize); never logged. Clients' requests carry their own.
+    #[arg(long, env = "PREFILL_GUARD_SGLANG_API_KEY_FILE", value_name = "PATH")]
+    pub sglang_api_key_file: Option<std::path::PathBuf>,
+    /// SGLang's --api-key itself (prefer the file: a variable shows in the process table of
+    /// whoever can read it).
+    #[arg(
+        long = "sglang-api-key",
+        env = "PREFILL_GUARD_SGLANG_API_KEY",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub sglang_api_key: Option<String>,
     /// Several models, each a `[[models]]` table (the file only).
     #[serde(default)]
     #[arg(skip)]
@@ -592,6 +609,9 @@ authz_listen = "127.0.0.1:4"
 authz_path_prefix = "/authz"
 authz_style = "traefik"
 verify_sample_rate = 0.25
+verify_tokenize_url = "http://p1:30000"
+sglang_api_key_file = "/etc/prefill-guard/sglang-api-key"
+sglang_api_key = "k"
 
 [[models]]
 name = "m"

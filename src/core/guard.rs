@@ -42,6 +42,8 @@ pub struct Decision {
     pub count_time: Duration,
     /// The canonical body to forward, or why not.
     pub verdict: Result<Bytes, Reason>,
+    /// The request's `x-request-id`, for the lines a sampled check logs.
+    pub request_id: Option<Arc<str>>,
 }
 
 pub struct Guard {
@@ -212,15 +214,17 @@ impl Guard {
         route: Route,
         content_type: Option<&[u8]>,
         partition: Partition,
+        request_id: Option<Arc<str>>,
         body: Bytes,
     ) -> Decision {
         let mut d = Decision::new(route);
+        d.request_id = request_id.clone();
         if let Err(reason) = require_json(content_type) {
             d.verdict = Err(reason);
             return d;
         }
         if body.len() > INLINE_MAX_BYTES {
-            return self.check_on_pool(route, partition, body).await;
+            return self.check_on_pool(route, partition, request_id, body).await;
         }
         d.verdict = self.decide_small(&mut d, partition, &body).await;
         d
@@ -282,13 +286,20 @@ impl Guard {
 
     /// The whole decision on a counting thread. `count_time` is then the
     /// time from admission to verdict: queueing and parsing included.
-    async fn check_on_pool(&self, route: Route, partition: Partition, body: Bytes) -> Decision {
+    async fn check_on_pool(
+        &self,
+        route: Route,
+        partition: Partition,
+        request_id: Option<Arc<str>>,
+        body: Bytes,
+    ) -> Decision {
         let started = Instant::now();
         let core = self.core.clone();
         let mut d = self
             .pool
             .run(move || {
                 let mut d = Decision::new(route);
+                d.request_id = request_id;
                 d.verdict = core.decide_here(&mut d, partition, &body);
                 d
             })
@@ -389,7 +400,7 @@ impl Core {
     /// Hands an allowed, sampled request to the checker (off the request path).
     fn check_sample(&self, d: &Decision, counter: Arc<ModelCounter>, sampled: Option<Vec<Unit>>) {
         if let (Some(sampler), Some(units), Some(model)) = (&self.sampler, sampled, &d.model) {
-            sampler.check(model, counter, units);
+            sampler.check(model, counter, units, d.request_id.clone());
         }
     }
 
@@ -423,6 +434,7 @@ impl Decision {
             limit: None,
             count_time: Duration::ZERO,
             verdict: Err(Reason::Internal("undecided".into())),
+            request_id: None,
         }
     }
 }

@@ -4,6 +4,8 @@
 //! returns the request's [`Record`] with its verdict ([`Outcome`]); the body
 //! step takes the head step's Record by value and returns it filled in.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
 
@@ -72,6 +74,10 @@ impl Gate {
             RouteClass::Inspect(route) => {
                 let content_type = headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes());
                 let partition = self.guard.partition(headers);
+                let request_id = headers
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(Arc::from);
                 let Decision {
                     model,
                     tokens,
@@ -80,7 +86,10 @@ impl Gate {
                     count_time,
                     verdict,
                     ..
-                } = self.guard.check(route, content_type, partition, body).await;
+                } = self
+                    .guard
+                    .check(route, content_type, partition, request_id, body)
+                    .await;
                 let record = Record {
                     model,
                     tokens,

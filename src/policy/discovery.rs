@@ -46,6 +46,8 @@ pub struct Settings {
     /// Decode workers' base URLs, compared with the prefill workers.
     pub decode_workers: Vec<String>,
     pub grammar_requests: GrammarRequests,
+    /// SGLang's `--api-key`, for `/server_info` behind it.
+    pub api_key: Option<crate::sglang::ApiKey>,
     pub interval: Duration,
     pub connect_timeout: Duration,
     /// Bounds each request of a poll as a whole.
@@ -172,7 +174,11 @@ impl Discovery {
             profiles,
             built,
             metrics,
-            api: Api::new(settings.connect_timeout, settings.timeout),
+            api: Api::with_key(
+                settings.connect_timeout,
+                settings.timeout,
+                settings.api_key.as_ref(),
+            ),
             interval: settings.interval,
             grammar_requests: settings.grammar_requests,
             round: tokio::sync::Mutex::new(()),
@@ -636,6 +642,7 @@ mod tests {
             workers: workers.iter().map(|w| w.to_string()).collect(),
             decode_workers: vec![],
             grammar_requests: GrammarRequests::default(),
+            api_key: None,
             interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
@@ -742,6 +749,7 @@ mod tests {
             workers: vec!["http://b".into()],
             decode_workers: vec![],
             grammar_requests: GrammarRequests::default(),
+            api_key: None,
             interval: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             timeout: Duration::from_secs(1),

@@ -130,6 +130,11 @@ async fn guard_and_forward(
         Err(reason) => return Outcome::refused(record, reason),
     };
     *body_pending = false;
+    // The id this request is known by upstream and in the logs, for the
+    // decision core's own lines (a sampled count check) too.
+    parts
+        .headers
+        .insert(headers::X_REQUEST_ID, request_id.clone());
     let Outcome { record, verdict } = app
         .gate
         .check_body(record, class, &parts.headers, body)

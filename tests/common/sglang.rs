@@ -29,6 +29,9 @@ pub struct Answers {
     pub legacy_only: bool,
     /// Every endpoint answers this status instead (a broken worker).
     pub fail_with: Option<u16>,
+    /// SGLang's `--api-key`: requests without `Authorization: Bearer KEY`
+    /// are answered 401, as SGLang's middleware does.
+    pub api_key: Option<String>,
 }
 
 /// A prefill worker of SGLang 0.5.23 serving the demo model.
@@ -46,6 +49,7 @@ pub fn prefill_worker(max_req_input_len: usize) -> Answers {
         models: Some(models_listing(1_048_576)),
         legacy_only: false,
         fail_with: None,
+        api_key: None,
     }
 }
 
@@ -115,12 +119,22 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_string();
+    let authorization = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = req.into_body().collect().await.unwrap().to_bytes();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     log.lock().unwrap().push((path.clone(), body.clone()));
     let a = answers.lock().unwrap().clone();
     if let Some(status) = a.fail_with {
         return Ok(reply(status, json!({"error": "mock failure"})));
+    }
+    if let Some(key) = &a.api_key {
+        if authorization.as_deref() != Some(&format!("Bearer {key}")) {
+            return Ok(reply(401, json!({"error": "Unauthorized"})));
+        }
     }
     let answer = match path.as_str() {
         "/server_info" if a.legacy_only => None,
