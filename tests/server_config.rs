@@ -160,14 +160,36 @@ async fn an_unmodelled_setting_takes_the_model_out_of_service_until_it_goes() {
     served(&live).await;
 }
 
+/// A rolling restart: two prefill workers whose `default_chat_template_kwargs`
+/// differ are each counted for and the larger count wins (as for releases),
+/// the model stays in service; a worker whose polls fail stops voting.
 #[tokio::test]
-async fn workers_that_disagree_take_the_model_out_of_service() {
-    let a = InfoMock::start(prefill_worker(100)).await;
-    let b = InfoMock::start(worker_with(100, "reasoning_parser", json!("qwen3"))).await;
-    let live = start_live(&workers(&[&a, &b])).await;
-    not_served(&live, "server_config_disagrees", "reasoning_parser").await;
-    a.set(|x| *x = worker_with(100, "reasoning_parser", json!("qwen3")));
-    served(&live).await;
+async fn workers_that_disagree_are_counted_each_way_and_the_larger_wins() {
+    // The checkpoint's ChatML template: n + 5 tokens for n words; this one n + 8.
+    let long = json!({"chat_template":
+        "{% for m in messages %}{{ m['content'] }} hello hello hello hello hello hello hello hello{% endfor %}"});
+    let a = InfoMock::start(prefill_worker(10)).await;
+    let b = InfoMock::start(worker_with(10, "default_chat_template_kwargs", long)).await;
+    let live = start_live(&format!("{}\n", workers(&[&a, &b]))).await;
+    eventually("both ways are counted", || async {
+        live.g.post("/v1/chat/completions", &chat(2)).await.status == 400
+    })
+    .await;
+    assert_eq!(live.readyz().await, 200, "the model stays in service");
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(1)).await.status,
+        200
+    );
+    // b goes down mid-rollout: its settings stop voting, a's alone count.
+    b.set(|x| x.fail_with = Some(503));
+    eventually("the dead worker no longer votes", || async {
+        live.g.post("/v1/chat/completions", &chat(2)).await.status == 200
+    })
+    .await;
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(5)).await.status,
+        400
+    );
 }
 
 #[tokio::test]

@@ -429,12 +429,38 @@ impl ModelCounter {
         files: Arc<ModelFiles>,
         server: Arc<ServerConfig>,
     ) -> Result<Self, Vec<Unmodelled>> {
+        Self::for_servers(files, vec![server])
+    }
+
+    /// Counts `files` as each of `servers` does (workers that run different
+    /// flags during a rolling restart), the larger count winning. The first
+    /// is the configuration reported; all must wrap completions alike
+    /// (`completion_template` applies before any build).
+    pub fn for_servers(
+        files: Arc<ModelFiles>,
+        servers: Vec<Arc<ServerConfig>>,
+    ) -> Result<Self, Vec<Unmodelled>> {
+        let server = servers[0].clone();
         let mut builds: Vec<Build> = Vec::new();
-        for release in server.releases.iter().rev() {
-            let build = Build::new(&files, &server, release, &builds)?;
-            match builds.iter_mut().find(|b| b.builds_like(&build)) {
-                Some(same) => same.releases.push(release),
-                None => builds.push(build),
+        for config in &servers {
+            if config.completion_template != server.completion_template {
+                return Err(vec![Unmodelled {
+                    setting: "completion_template",
+                    value: "differs between workers".into(),
+                    why: "workers that wrap completions differently cannot be counted both ways; \
+                          finish the rollout"
+                        .into(),
+                }]);
+            }
+            for release in config.releases.iter().rev() {
+                let build = Build::new(&files, config, release, &builds)?;
+                let same = builds
+                    .iter_mut()
+                    .find(|b| Arc::ptr_eq(&b.server, config) && b.builds_like(&build));
+                match same {
+                    Some(same) => same.releases.push(release),
+                    None => builds.push(build),
+                }
             }
         }
         Ok(Self {
@@ -717,6 +743,9 @@ struct PrepKey {
     low_effort_template: bool,
     /// The encoder reads the body itself ([`ChatInputs::body`]).
     keeps_body: bool,
+    /// The server configuration (its default kwargs and parsers shape the
+    /// preparation): builds of workers on other flags prepare their own.
+    server: usize,
 }
 
 /// The largest count among builds, and the first refusal in case none counts.
@@ -794,9 +823,11 @@ impl Build {
                 }]);
             }
         }
+        // Only within one server configuration: another (a worker on other
+        // flags) has its own kwargs, options and template.
         if let Some(same) = earlier
             .iter()
-            .find(|b| b.encoder.same_as(&selected.encoder))
+            .find(|b| Arc::ptr_eq(&b.server, server) && b.encoder.same_as(&selected.encoder))
         {
             return Ok(Self {
                 releases: vec![release],
@@ -1122,6 +1153,7 @@ impl Build {
             wire: self.options.wire,
             low_effort_template: self.options.low_effort_template,
             keeps_body: self.options.body_encoder,
+            server: Arc::as_ptr(&self.server) as usize,
         }
     }
 

@@ -343,6 +343,10 @@ pub fn setting(name: &str) -> Option<&'static Setting> {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observed {
     values: BTreeMap<&'static str, Value>,
+    /// Other workers' settings where they differ from these (a rolling
+    /// restart with new flags): each is counted too and the larger count
+    /// wins, as for workers on different releases.
+    alternatives: Vec<Observed>,
 }
 
 impl Observed {
@@ -400,6 +404,17 @@ impl Observed {
 
     pub fn is_set(&self, name: &str) -> bool {
         self.values.contains_key(name)
+    }
+
+    /// `self`, also counted as each of `others` (see [`Observed::alternatives`]).
+    pub fn with_alternatives(mut self, others: Vec<Observed>) -> Observed {
+        self.alternatives = others;
+        self
+    }
+
+    /// The other settings the same prompts are also counted under.
+    pub fn alternatives(&self) -> &[Observed] {
+        &self.alternatives
     }
 
     /// Every setting this source sets, in [`SETTINGS`] order.

@@ -358,7 +358,7 @@ impl Discovery {
                 if state.error.is_none() {
                     match kept {
                         Some(kept) => tracing::warn!(worker = %worker.url, %error, kept,
-                            "discovery poll failed; keeping the last known max_req_input_len (stale)"),
+                            "discovery poll failed; keeping the last known max_req_input_len (stale); its settings no longer vote while another worker answers"),
                         None => tracing::warn!(worker = %worker.url, %error,
                             "discovery poll failed; no max_req_input_len known for this worker yet"),
                     }
@@ -384,6 +384,12 @@ impl Discovery {
                 .collect()
         };
         let (infos, decode) = (said(Role::Prefill), said(Role::Decode));
+        let stale: Vec<&str> = self
+            .workers
+            .iter()
+            .filter(|w| w.state().error.is_some())
+            .map(|w| w.url.as_str())
+            .collect();
         let all_answered = infos.iter().all(|(_, i)| i.is_some());
         let single = self.models.len() == 1;
         for (index, model) in self.models.iter().enumerate() {
@@ -406,8 +412,19 @@ impl Discovery {
             // Until every worker answered only the configuration speaks, as
             // for the limit.
             let settings = if all_answered && !serving.is_empty() {
-                let said: Vec<(&str, &Observed)> =
-                    serving.iter().map(|(url, i)| (*url, &i.settings)).collect();
+                // A worker whose polls fail no longer votes (its settings
+                // may be a dead process's); with none answering, the last
+                // settings stay in force.
+                let fresh: Vec<(&str, &Observed)> = serving
+                    .iter()
+                    .filter(|(url, _)| !stale.contains(url))
+                    .map(|(url, i)| (*url, &i.settings))
+                    .collect();
+                let said: Vec<(&str, &Observed)> = if fresh.is_empty() {
+                    serving.iter().map(|(url, i)| (*url, &i.settings)).collect()
+                } else {
+                    fresh
+                };
                 profile::settings_from_workers(&model.server, &said)
             } else {
                 Ok(model.server.observed.clone())
@@ -581,7 +598,26 @@ fn log_profile_change(model: &str, old: Option<&Profile>, new: &Profile) {
         .iter()
         .map(|(k, v)| format!("{k}={}", show(v)))
         .collect();
+    let alternatives: Vec<String> = new
+        .settings
+        .alternatives()
+        .iter()
+        .map(|alt| {
+            alt.iter()
+                .map(|(k, v)| format!("{k}={}", show(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
     match &new.counter {
+        Ok(c) if !alternatives.is_empty() => tracing::warn!(
+            model,
+            encoder = c.encoder().name(),
+            settings = %settings.join(" "),
+            also = %alternatives.join(" | "),
+            "prefill workers run different settings (a rollout?): each prompt is counted each way and \
+             the larger count is enforced until they agree"
+        ),
         Ok(c) => tracing::info!(
             model,
             encoder = c.encoder().name(),

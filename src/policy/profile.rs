@@ -30,9 +30,13 @@ pub fn build_counter(
     observed: &Observed,
     env: &SglangEnv,
 ) -> Counting {
-    let config = ServerConfig::resolve(observed, env).map_err(NotServed::Unmodelled)?;
+    let configs = std::iter::once(observed)
+        .chain(observed.alternatives())
+        .map(|o| ServerConfig::resolve(o, env).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(NotServed::Unmodelled)?;
     let mut counter =
-        ModelCounter::for_server(files.clone(), Arc::new(config)).map_err(NotServed::Unmodelled)?;
+        ModelCounter::for_servers(files.clone(), configs).map_err(NotServed::Unmodelled)?;
     counter.set_media_bounds(media);
     Ok(Arc::new(counter))
 }
@@ -112,20 +116,14 @@ pub fn settings_from_workers(
     serving: &[(&str, &Observed)],
 ) -> Result<Observed, NotServed> {
     let (first_url, first) = serving[0];
-    for (url, other) in &serving[1..] {
-        // Workers on different builds (a rolling upgrade) are all counted for:
-        // `version` becomes the list, and the larger count wins.
-        let differ = first.differences(other);
-        if let Some(setting) = differ.iter().find(|s| **s != "version") {
-            let said = |o: &Observed| o.get(setting).map_or("(default)".to_string(), show);
-            return Err(NotServed::Disagrees {
-                setting,
-                detail: format!(
-                    "prefill workers disagree on {setting}: {first_url} has {}, {url} has {}",
-                    said(first),
-                    said(other)
-                ),
-            });
+    // Workers that disagree (a rolling restart with new flags) are each
+    // counted for, as workers on different releases are: the larger count
+    // wins. `version` is merged below.
+    let mut variants: Vec<&Observed> = vec![first];
+    for (_, other) in &serving[1..] {
+        let same = |v: &&Observed| v.differences(other).iter().all(|s| *s == "version");
+        if !variants.iter().any(same) {
+            variants.push(other);
         }
     }
     let mut versions: Vec<serde_json::Value> = Vec::new();
@@ -134,15 +132,33 @@ pub fn settings_from_workers(
             versions.push(v.clone());
         }
     }
-    let merged;
-    let live = if versions.len() > 1 {
-        let mut all = first.clone();
-        all.set("version", serde_json::Value::Array(versions));
-        merged = all;
-        &merged
-    } else {
-        first
+    let with_versions = |o: &Observed| {
+        let mut o = o.clone();
+        if versions.len() > 1 {
+            o.set("version", serde_json::Value::Array(versions.clone()));
+        }
+        o
     };
+    let merged = with_versions(first)
+        .with_alternatives(variants[1..].iter().map(|o| with_versions(o)).collect());
+    for variant in std::iter::once(&merged).chain(merged.alternatives()) {
+        check_variant(configured, first_url, variant)?;
+    }
+    // The configuration adds what no server publishes, to every variant.
+    let alternatives = merged
+        .alternatives()
+        .iter()
+        .map(|o| o.overlaid(&configured.observed))
+        .collect();
+    Ok(merged
+        .overlaid(&configured.observed)
+        .with_alternatives(alternatives))
+}
+
+/// One variant of the workers' settings against the configuration: a value
+/// the configuration states must be the server's, and settings that load
+/// files must be stated (the guard needs the same files).
+fn check_variant(configured: &StaticServer, url: &str, live: &Observed) -> Result<(), NotServed> {
     if let Some(setting) = configured.observed.contradicted_by(live).first() {
         let stated = configured
             .observed
@@ -152,7 +168,7 @@ pub fn settings_from_workers(
         return Err(NotServed::Disagrees {
             setting,
             detail: format!(
-                "the guard is configured with {setting} = {stated}, but the prefill worker {first_url} runs with {actual}; \
+                "the guard is configured with {setting} = {stated}, but the prefill worker {url} runs with {actual}; \
                  remove the setting from the guard's configuration or change the server"
             ),
         });
@@ -169,10 +185,11 @@ pub fn settings_from_workers(
             ),
         })
         .collect();
-    if !unacknowledged.is_empty() {
-        return Err(NotServed::Unmodelled(unacknowledged));
+    if unacknowledged.is_empty() {
+        Ok(())
+    } else {
+        Err(NotServed::Unmodelled(unacknowledged))
     }
-    Ok(live.overlaid(&configured.observed))
 }
 
 /// Why decode's settings are unknown when no decode worker is read.
