@@ -112,6 +112,8 @@ pub struct WorkerSample {
     pub last_success_seconds: Option<f64>,
     /// Its last poll failed: the value above is the last known one, kept.
     pub stale: bool,
+    /// Its last poll succeeded (0 for a worker that never answered).
+    pub up: bool,
 }
 
 impl Metrics {
@@ -510,7 +512,13 @@ fn render_profiles(out: &mut String, profiles: &[ModelGauges]) {
 
 fn render_workers(out: &mut String, workers: &[WorkerSample]) {
     type Getter = fn(&WorkerSample) -> Option<f64>;
-    let families: [(&str, &str, Getter); 4] = [
+    let families: [(&str, &str, Getter); 5] = [
+        (
+            "prefill_guard_discovery_up",
+            "1 while a worker's last poll succeeded; 0 for one that fails or never answered (a worker \
+             down at start-up has this series, and no other).",
+            |w| Some(if w.up { 1.0 } else { 0.0 }),
+        ),
         (
             "prefill_guard_discovered_max_req_input_len",
             "The refuse-at value each prefill worker reported (max_req_input_len, or min(C, pool) - 6 without it).",
@@ -832,6 +840,7 @@ mod tests {
                     max_model_len: None,
                     last_success_seconds: Some(1_700_000_000.5),
                     stale: true,
+                    up: false,
                 },
                 WorkerSample {
                     worker: "http://p:2".into(),
@@ -839,6 +848,7 @@ mod tests {
                     max_model_len: None,
                     last_success_seconds: None,
                     stale: false,
+                    up: false,
                 },
             ],
         );
@@ -854,6 +864,8 @@ mod tests {
         ));
         assert!(text.contains("prefill_guard_discovery_stale{worker=\"http://p:1\"} 1\n"));
         assert!(text.contains("prefill_guard_discovery_stale{worker=\"http://p:2\"} 0\n"));
+        // A worker that never answered has a series an alert can see.
+        assert!(text.contains("prefill_guard_discovery_up{worker=\"http://p:2\"} 0\n"));
         // Without workers, no per-worker families at all.
         assert!(!m.render(&[]).contains("prefill_guard_discovery_stale"));
     }

@@ -143,6 +143,34 @@ async fn fails_closed_until_every_worker_has_answered() {
     // One answer is not enough: the silent worker could be the smaller one.
     assert_eq!(live.limit(), None);
     assert_eq!(live.readyz().await, 503);
+    // The worker down at start-up is named, and has a series an alert sees.
+    let detail = live
+        .g
+        .http
+        .get(format!("http://{}/readyz", live.g.admin))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        detail.contains(&format!("worker {} has never answered", down.url()))
+            && detail.contains("503"),
+        "{detail}"
+    );
+    let metrics = live.g.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "prefill_guard_discovery_up{{worker=\"{}\"}} 0",
+            down.url()
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains(&format!(
+        "prefill_guard_discovery_up{{worker=\"{}\"}} 1",
+        good.url()
+    )));
     let a = live
         .g
         .post("/generate", &json!({"input_ids": ids(1)}))

@@ -274,6 +274,7 @@ impl Discovery {
                     max_model_len: s.info.as_ref().and_then(|i| i.max_model_len),
                     last_success_seconds: s.last_success.map(unix_seconds),
                     stale: s.info.is_some() && s.error.is_some(),
+                    up: s.info.is_some() && s.error.is_none(),
                 }
             })
             .collect()

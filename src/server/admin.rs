@@ -48,10 +48,23 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
 /// The body names each model that holds the pod back, or would.
 fn readiness(app: &App) -> Response<Full<Bytes>> {
     let (ready, missing) = app.gate.guard.readiness();
-    let why: Vec<String> = missing
+    let mut why: Vec<String> = missing
         .iter()
         .map(|(m, why)| format!("{m}: {why}"))
         .collect();
+    // The workers behind a missing limit, by name: a worker down at
+    // start-up is the usual reason.
+    let silent = app
+        .discovery
+        .as_ref()
+        .map(|d| d.unanswered())
+        .unwrap_or_default();
+    why.extend(silent.iter().map(|(url, error)| {
+        format!(
+            "worker {url} has never answered ({})",
+            error.as_deref().unwrap_or("no answer yet")
+        )
+    }));
     match (ready, why.is_empty()) {
         (true, true) => text(StatusCode::OK, "ready\n".into()),
         (true, false) => text(
