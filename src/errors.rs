@@ -327,13 +327,19 @@ fn too_long_message(tokens: &str, limit: usize, route: Option<Route>) -> String 
         (ErrorShape::Ollama, _) => {
             format!("prompt is too long: {tokens} tokens; prompts must be under {limit} tokens")
         }
+        // OpenAI's wording, which clients parse, with what `L >= M` means
+        // spelt out: a prompt of exactly M tokens is refused too.
         (ErrorShape::OpenAi, p) if p != "messages" => format!(
-            "This model's maximum context length is {limit} tokens. However, your {p} \
-                 resulted in {tokens} tokens. Please reduce the length of the {p}."
+            "This model's maximum context length is {limit} tokens, and a prompt must be shorter \
+             (at most {}). However, your {p} resulted in {tokens} tokens. Please reduce the \
+             length of the {p}.",
+            limit.saturating_sub(1)
         ),
         _ => format!(
-            "This model's maximum context length is {limit} tokens. However, your messages \
-                 resulted in {tokens} tokens. Please reduce the length of the messages."
+            "This model's maximum context length is {limit} tokens, and a prompt must be shorter \
+             (at most {}). However, your messages resulted in {tokens} tokens. Please reduce the \
+             length of the messages.",
+            limit.saturating_sub(1)
         ),
     }
 }
@@ -409,6 +415,23 @@ mod tests {
             R::UpstreamTimeout,
             R::Internal(String::new()),
         ]
+    }
+
+    /// A prompt of exactly M tokens is refused: the message says so rather
+    /// than "the maximum is 15, you sent 15".
+    #[test]
+    fn the_boundary_reads_as_a_refusal() {
+        let r = super::Reason::TooLong {
+            tokens: 15,
+            limit: 15,
+        };
+        let m = r.message(Some(crate::route::Route::ChatCompletions));
+        assert!(
+            m.contains("maximum context length is 15 tokens")
+                && m.contains("a prompt must be shorter (at most 14)")
+                && m.contains("resulted in 15 tokens"),
+            "{m}"
+        );
     }
 
     #[test]

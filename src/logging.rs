@@ -296,6 +296,9 @@ pub struct DecisionLine<'a> {
     pub method: &'a str,
     /// The route's metric label (a known route or `other`), never the raw target.
     pub route: &'a str,
+    /// For a path or method refused as not modelled: its canonical path
+    /// (never the query), so the operator sees what clients asked for.
+    pub refused_path: Option<&'a str>,
     pub model: Option<&'a str>,
     pub tokens: Option<usize>,
     /// How the count decided: `exact`, `bound` (no count; an upper bound
@@ -325,6 +328,7 @@ pub fn decision(line: &DecisionLine<'_>) {
         mode = line.mode,
         method = line.method,
         route = line.route,
+        path = line.refused_path,
         model = line.model,
         tokens = line.tokens.map(|t| t as u64),
         count_method = line.count_method,
@@ -371,6 +375,7 @@ mod tests {
                 mode: "ext_authz_http",
                 method: "POST",
                 route: "/generate",
+                refused_path: None,
                 model: Some("m"),
                 tokens: Some(7),
                 count_method: Some("exact"),

@@ -70,6 +70,8 @@ async fn send_marked_requests(g: &Guarded) -> usize {
         ("/v1/completions", format!(r#"{{"prompt": [1], "{m}": 1, "{m}": 2}}"#)),
         ("/v1/completions", format!(r#"{{"prompt": "{m}"#)),
         ("/generate", json!({"text": m, "image_data": m}).to_string()),
+        // A route the guard does not model: refused, and its path logged.
+        ("/not/a/route", json!({"text": m}).to_string()),
     ];
     for (path, body) in &cases {
         let a = g.post_raw(path, body.clone()).await;
@@ -138,6 +140,12 @@ async fn prompts_never_reach_the_logs() {
     assert!(decisions
         .iter()
         .any(|d| d["reason"] == "context_length_exceeded" && d["tokens"].is_u64()));
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d["reason"] == "route_not_allowed" && d["path"] == "/not/a/route"),
+        "a refused route's line names its path"
+    );
     for (name, text) in [("human", &human), ("json", &global)] {
         assert!(
             !text.to_lowercase().contains(MARKER),

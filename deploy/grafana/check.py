@@ -18,9 +18,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 binary = sys.argv[sys.argv.index("--binary") + 1]
 dash = json.loads((HERE / "prefill-guard.json").read_text())
 
-exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+# Rows carry no queries; a collapsed row holds its panels in its own "panels".
+panels = [q for p in dash["panels"] for q in [p] + p.get("panels", [])]
+graphs = [p for p in panels if p["type"] != "row"]
+assert all(p.get("targets") for p in graphs), "a panel without queries"
+exprs = [t["expr"] for p in graphs for t in p["targets"]]
 exprs += [v["query"] for v in dash["templating"]["list"] if v["type"] == "query"]
-assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"]), "duplicate panel ids"
+assert len({p["id"] for p in panels}) == len(panels), "duplicate panel ids"
+cells = {}
+for p in panels:
+    g = p["gridPos"]
+    assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, f"panel {p['id']} is off the grid"
+    for x in range(g["x"], g["x"] + g["w"]):
+        for y in range(g["y"], g["y"] + g["h"]):
+            assert (x, y) not in cells, f"panels {cells[(x, y)]} and {p['id']} overlap"
+            cells[(x, y)] = p["id"]
 
 
 def promql(e):
@@ -77,4 +89,4 @@ exported = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
 missing = sorted(used - exported)
 if missing:
     sys.exit(f"the dashboard names metrics the guard does not export: {missing}")
-print(f"{len(dash['panels'])} panels, {len(queries)} queries valid PromQL, {len(used)} metrics all exported: {sorted(used)}")
+print(f"{len(graphs)} panels, {len(queries)} queries valid PromQL, {len(used)} metrics all exported: {sorted(used)}")

@@ -159,6 +159,12 @@ pub fn observe(
         mode,
         method,
         route,
+        refused_path: match reason {
+            Some(Reason::RouteNotAllowed { path } | Reason::MethodNotAllowed { path, .. }) => {
+                Some(path)
+            }
+            _ => None,
+        },
         model: rec.model.as_deref(),
         tokens: rec.tokens,
         count_method: rec.count_method.map(CountMethod::label),

@@ -458,7 +458,11 @@ impl Discovery {
             let profile = Profile::new(limit, counter, settings.unwrap_or_default())
                 .unserved(unserved)
                 .pd(pd);
-            log_profile_change(&model.name, old.as_deref(), &profile);
+            // A quarantined model stays out of service whatever a poll says
+            // (`Profiles::set`): nothing to announce each round.
+            if self.profiles.quarantined(&model.name).is_none() {
+                log_profile_change(&model.name, old.as_deref(), &profile);
+            }
             let old_limit = old.as_ref().and_then(|p| p.limit);
             if old_limit != limit && limit.is_some() {
                 self.metrics.limit_change(&model.name);

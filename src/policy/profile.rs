@@ -318,7 +318,8 @@ impl Profiles {
         }
     }
 
-    fn quarantined(&self, model: &str) -> Option<String> {
+    /// Why `model` is out of service until a reload, if it is.
+    pub fn quarantined(&self, model: &str) -> Option<String> {
         self.quarantine
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
