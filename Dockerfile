@@ -20,17 +20,22 @@ COPY .cargo ./.cargo
 COPY src ./src
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin prefill-guard \
  && cp target/x86_64-unknown-linux-musl/release/prefill-guard /prefill-guard
+# The example file binds admin to loopback; in a container that is the
+# container's own, out of reach of probes and Prometheus, so the image's copy
+# binds it on every address. Written into the file, not set by a variable: a
+# variable would silently override the admin_listen of a file an operator
+# mounts in its place.
+COPY config/prefill-guard.toml ./prefill-guard.toml
+RUN sed 's/^admin_listen = .*/admin_listen = "0.0.0.0:9000"/' prefill-guard.toml > /prefill-guard.toml \
+ && grep -q '^admin_listen = "0.0.0.0:9000"$' /prefill-guard.toml
 
 FROM gcr.io/distroless/static-debian12:nonroot
 LABEL org.opencontainers.image.title="prefill-guard" \
       org.opencontainers.image.description="Refuses prompts SGLang's prefill pool cannot hold, before they reach it" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /prefill-guard /usr/local/bin/prefill-guard
-COPY config/prefill-guard.toml /etc/prefill-guard/prefill-guard.toml
-# The example file binds admin to loopback; in a container that is the
-# container's own, out of reach of probes and Prometheus, so the image binds
-# it on every address. Publish 9000 to the cluster, never to clients.
-ENV PREFILL_GUARD_ADMIN_LISTEN=0.0.0.0:9000
+# Publish 9000 (admin) to the cluster, never to clients.
+COPY --from=build /prefill-guard.toml /etc/prefill-guard/prefill-guard.toml
 # distroless's nonroot user; Kubernetes manifests also set runAsUser 65532.
 USER 65532:65532
 # 8000: the proxy (HTTP/1.1 and h2c), for clients.

@@ -557,6 +557,9 @@ fn render_workers(out: &mut String, workers: &[WorkerSample]) {
 #[derive(Debug, Default)]
 pub struct Connections {
     open: [AtomicI64; 2],
+    /// The authz listener is bound (`authz_listen`): only then is its gauge
+    /// exported, so a dashboard shows no listener that does not exist.
+    authz_bound: std::sync::atomic::AtomicBool,
     per_peer: Mutex<std::collections::HashMap<(usize, std::net::IpAddr), usize>>,
 }
 
@@ -591,10 +594,17 @@ impl Connections {
     }
 
     fn open(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
+        let authz = self.authz_bound.load(Ordering::Relaxed);
         LISTENERS
             .iter()
             .zip(&self.open)
+            .filter(move |(l, _)| **l != "authz" || authz)
             .map(|(l, n)| (*l, n.load(Ordering::Relaxed)))
+    }
+
+    /// The authorization listener is bound: its connections are exported.
+    pub fn authz_bound(&self) {
+        self.authz_bound.store(true, Ordering::Relaxed);
     }
 }
 
@@ -868,6 +878,19 @@ mod tests {
         assert!(text.contains("prefill_guard_discovery_up{worker=\"http://p:2\"} 0\n"));
         // Without workers, no per-worker families at all.
         assert!(!m.render(&[]).contains("prefill_guard_discovery_stale"));
+    }
+
+    /// No gauge for a listener that is not bound (`authz_listen` unset).
+    #[test]
+    fn the_authz_gauge_only_with_an_authz_listener() {
+        let m = Metrics::new("0");
+        let text = m.render(&[]);
+        assert!(text.contains("prefill_guard_open_connections{listener=\"proxy\"} 0\n"));
+        assert!(!text.contains("listener=\"authz\"} "), "{text}");
+        m.connections.authz_bound();
+        assert!(m
+            .render(&[])
+            .contains("prefill_guard_open_connections{listener=\"authz\"} 0\n"));
     }
 
     #[test]

@@ -261,6 +261,9 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
         ]
     );
     assert_eq!(s["settings"][1]["handling"], "modelled");
+    // As the server said it, and judged for this value.
+    assert_eq!(s["settings"][3]["value"], "prefill");
+    assert_eq!(s["settings"][0]["handling"], "modelled for this value");
     let unmodelled = s["unmodelled"].as_array().unwrap();
     assert!(
         unmodelled[0]
@@ -272,6 +275,10 @@ async fn audit_prints_the_server_configuration_and_what_the_guard_does_not_model
     // The table says it too.
     let table = text(&audit(&["--upstream", &up.url()]).await);
     assert!(table.contains("NOT MODELLED"), "{table}");
+    assert!(
+        !table.contains("SGLANG_DSV4"),
+        "no DeepSeek advice for a jinja server: {table}"
+    );
     assert!(
         table.contains("default_chat_template_kwargs={\"enable_thinking\":false} (modelled)"),
         "{table}"
@@ -336,7 +343,11 @@ mod through {
             );
         }
         let table = text(&audit(&["--through", &url, "--max-req-input-len", "100"]).await);
-        assert!(table.contains("PROTECTED"), "{table}");
+        assert!(table.contains("verdict: PROTECTED: "), "{table}");
+        assert!(
+            !table.to_lowercase().contains("protected: protected"),
+            "{table}"
+        );
     }
 
     #[tokio::test]

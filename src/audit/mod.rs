@@ -389,22 +389,39 @@ pub fn facts(
 fn server_configuration(r: &mut ServerReport, info: &Value, model_info: Option<&Value>) {
     use crate::count::serving::{self, Observed, ServerConfig, SglangEnv};
     let observed = Observed::from_server(info, model_info);
-    r.settings = observed
-        .iter()
-        .map(|(name, value)| SettingReport {
-            name,
-            value: serving::show(value),
-            handling: serving::setting(name).map_or("?", |s| s.handling.label()),
-        })
-        .collect();
+    let mut refused: Vec<&str> = Vec::new();
     match ServerConfig::resolve(&observed, &SglangEnv::default()) {
-        Err(problems) => r.unmodelled = problems.iter().map(ToString::to_string).collect(),
+        Err(problems) => {
+            refused = problems.iter().map(|p| p.setting).collect();
+            r.unmodelled = problems.iter().map(ToString::to_string).collect();
+        }
         Ok(cfg) => {
             let (encoder, problem) = crate::count::encoder::judge_without_files(&cfg);
             r.encoder = Some(encoder);
             r.unmodelled.extend(problem);
         }
     }
+    // Judged for this server's value: a setting modelled for some values
+    // is "modelled" here unless this value is the problem.
+    let said_mode = sglang::str_field(info, "disaggregation_mode");
+    r.settings = observed
+        .iter()
+        .map(|(name, value)| SettingReport {
+            name,
+            // Kept as "disaggregated" (prefill and decode count alike), shown
+            // as the server said it.
+            value: match (name, said_mode) {
+                ("disaggregation_mode", Some(mode)) => mode.to_string(),
+                _ => serving::show(value),
+            },
+            handling: match serving::setting(name).map(|s| s.handling) {
+                _ if refused.contains(&name) => "NOT MODELLED for this value",
+                Some(serving::Handling::Partly) => "modelled for this value",
+                Some(h) => h.label(),
+                None => "?",
+            },
+        })
+        .collect();
     for name in ["tokenizer_path", "revision"] {
         if observed.is_set(name) {
             r.unmodelled.push(format!(
@@ -647,11 +664,20 @@ fn write_table(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
             for u in &s.unmodelled {
                 rows.push(("NOT MODELLED", u.clone()));
             }
+            // Only the environment values this server's encoder reads.
+            let deepseek = s.encoder.as_deref().is_some_and(|e| {
+                e.starts_with("dsv") || e.to_ascii_lowercase().contains("deepseek")
+            });
             rows.push((
                 "environment",
-                "not visible over HTTP: give the guard SGLANG_DEFAULT_THINKING and the \
-                 SGLANG_DSV4(1)_REASONING_EFFORT values in sglang_env"
-                    .into(),
+                if deepseek {
+                    "not visible over HTTP: give the guard the server's SGLANG_DEFAULT_THINKING and \
+                     SGLANG_DSV4(1)_REASONING_EFFORT values in sglang_env"
+                } else {
+                    "not visible over HTTP: give the guard the server's SGLANG_DEFAULT_THINKING \
+                     value in sglang_env if it is set"
+                }
+                .into(),
             ));
         }
         rows.push(("verdict", format!("{}: {}", s.verdict.shout(), s.reason)));

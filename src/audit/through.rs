@@ -351,7 +351,7 @@ fn judge(r: &ThroughReport) -> (Verdict, String) {
     (
         Verdict::NotExposed,
         format!(
-            "protected: {} tokens answered, {m} and every disguise of {} refused",
+            "PROTECTED: {} tokens answered, {m} and every disguise of {} refused",
             m.saturating_sub(1),
             m + 1
         ),
@@ -400,5 +400,10 @@ fn write_table(r: &ThroughReport, out: &mut impl Write) -> std::io::Result<()> {
         Verdict::Exposed => "NOT PROTECTED",
         Verdict::CannotTell => "CANNOT TELL",
     };
-    writeln!(out, "verdict: {shout}: {}", r.reason)
+    // The reason may already open with the verdict ("NOT PROTECTED: ...").
+    if r.reason.starts_with(shout) {
+        writeln!(out, "verdict: {}", r.reason)
+    } else {
+        writeln!(out, "verdict: {shout}: {}", r.reason)
+    }
 }

@@ -460,7 +460,7 @@ fn unknown_keys(table: &toml::Table) -> Result<(), ConfigError> {
     let check = |t: &toml::Table, known: &[String], place: &str| -> Result<(), ConfigError> {
         match t.keys().find(|k| !known.contains(k)) {
             Some(k) => Err(ConfigError(format!(
-                "unknown key `{k}`{place} (a typo? the keys are listed in config/prefill-guard.toml)"
+                "unknown key `{k}`{place} (a typo? README \"Configuration\" lists every key; the commented example is config/prefill-guard.toml in the repository)"
             ))),
             None => Ok(()),
         }

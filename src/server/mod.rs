@@ -73,6 +73,9 @@ pub async fn serve(
     drop(proxy);
     let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
     let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
+    if authz.is_some() {
+        runtime.current().metrics.connections.authz_bound();
+    }
     tracing::info!(
         listen = %listen,
         admin_listen = %admin.local_addr()?,
