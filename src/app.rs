@@ -35,6 +35,9 @@ pub struct App {
     pub rewrite_models_max_len: bool,
     /// The prefill workers' last answers, for `/metrics` (`None`: static limits only).
     pub discovery: Option<Arc<Discovery>>,
+    /// Without discovery, per model, the server settings the configuration
+    /// leaves at SGLang's defaults: `/readyz` says what is assumed.
+    pub assumed: Vec<(String, Vec<&'static str>)>,
     /// How the HTTP authorization listener reads check requests (its
     /// address is in `listen`, fixed at start; the rest follows reloads).
     pub authz: crate::config::AuthzConfig,
@@ -74,6 +77,15 @@ impl App {
             shutdown_grace: config.shutdown_grace,
             client: config.client,
             rewrite_models_max_len: config.rewrite_models_max_len,
+            assumed: match &discovery {
+                Some(_) => Vec::new(),
+                None => config
+                    .models
+                    .iter()
+                    .map(|m| (m.name.clone(), m.server.assumed()))
+                    .filter(|(_, assumed)| !assumed.is_empty())
+                    .collect(),
+            },
             discovery,
             authz: config.authz.clone(),
         })

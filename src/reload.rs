@@ -397,6 +397,20 @@ async fn build(
             server: m.server.clone(),
         });
     }
+    if config.prefill_urls.is_empty() {
+        for m in &config.models {
+            let assumed = m.server.assumed();
+            if !assumed.is_empty() {
+                tracing::warn!(
+                    model = %m.name,
+                    assumed = %assumed.join(","),
+                    "static configuration: counted as SGLang's defaults for these settings; state each \
+                     one the prefill server runs with (a default it does not run is an undercount), or \
+                     list prefill_urls"
+                );
+            }
+        }
+    }
     let profiles = Arc::new(Profiles::new(initial));
     let discovery = (!config.prefill_urls.is_empty()).then(|| {
         let settings = discovery::Settings {

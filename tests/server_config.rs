@@ -655,3 +655,31 @@ async fn without_a_stated_version_chat_apis_older_releases_build_otherwise_are_r
     let stated = start_live("max_req_input_len = 100\nsglang_version = \"0.5.18\"\n").await;
     assert_eq!(stated.g.post("/v1/responses", &responses).await.status, 200);
 }
+
+/// Static mode says what it assumes: `/readyz` names every setting left at
+/// SGLang's defaults, and a stated one is no longer listed.
+#[tokio::test]
+async fn static_mode_says_what_it_assumes() {
+    let readyz = |live: &Live| {
+        let url = format!("http://{}/readyz", live.g.admin);
+        let http = live.g.http.clone();
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let live = start_live("max_req_input_len = 100\n").await;
+    let said = readyz(&live).await;
+    assert!(
+        said.starts_with("ready\n")
+            && said.contains("static configuration, counted as SGLang's defaults for version, default_chat_template_kwargs"),
+        "{said}"
+    );
+    let live = start_live(
+        "max_req_input_len = 100\nsglang_version = \"0.5.11\"\ndefault_chat_template_kwargs = { enable_thinking = false }\n",
+    )
+    .await;
+    let said = readyz(&live).await;
+    assert!(
+        !said.contains("defaults for version") && !said.contains("default_chat_template_kwargs"),
+        "{said}"
+    );
+    assert!(said.contains("tool_call_parser"), "{said}");
+}

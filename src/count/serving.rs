@@ -74,6 +74,20 @@ pub struct StaticServer {
     pub env: SglangEnv,
 }
 
+impl StaticServer {
+    /// The settings that change prompt ids which this configuration leaves
+    /// at SGLang's defaults (`version` unset: every release), in
+    /// [`SETTINGS`] order: what a guard without discovery assumes.
+    pub fn assumed(&self) -> Vec<&'static str> {
+        SETTINGS
+            .iter()
+            .filter(|s| s.handling != Handling::NoEffect && s.origin != Origin::ModelInfo)
+            .filter(|s| !self.observed.is_set(s.name))
+            .map(|s| s.name)
+            .collect()
+    }
+}
+
 /// One setting the guard reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Setting {

@@ -65,17 +65,30 @@ fn readiness(app: &App) -> Response<Full<Bytes>> {
             error.as_deref().unwrap_or("no answer yet")
         )
     }));
-    match (ready, why.is_empty()) {
-        (true, true) => text(StatusCode::OK, "ready\n".into()),
-        (true, false) => text(
+    // Static mode assumes what it was not told: said, not silent.
+    let assumed: String = app
+        .assumed
+        .iter()
+        .map(|(model, names)| {
+            format!(
+                "\n{model}: static configuration, counted as SGLang's defaults for {} \
+                 (state each setting the prefill server runs with, or list prefill_urls)",
+                names.join(", ")
+            )
+        })
+        .collect();
+    let (status, head) = match (ready, why.is_empty()) {
+        (true, true) => (StatusCode::OK, "ready".to_string()),
+        (true, false) => (
             StatusCode::OK,
-            format!("ready; not serving: {}\n", why.join("; ")),
+            format!("ready; not serving: {}", why.join("; ")),
         ),
-        (false, _) => text(
+        (false, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: {}\n", why.join("; ")),
+            format!("not ready: {}", why.join("; ")),
         ),
-    }
+    };
+    text(status, format!("{head}{assumed}\n"))
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
