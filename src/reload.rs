@@ -397,20 +397,7 @@ async fn build(
             server: m.server.clone(),
         });
     }
-    if config.prefill_urls.is_empty() {
-        for m in &config.models {
-            let assumed = m.server.assumed();
-            if !assumed.is_empty() {
-                tracing::warn!(
-                    model = %m.name,
-                    assumed = %assumed.join(","),
-                    "static configuration: counted as SGLang's defaults for these settings; state each \
-                     one the prefill server runs with (a default it does not run is an undercount), or \
-                     list prefill_urls"
-                );
-            }
-        }
-    }
+    warn_static_assumptions(config);
     let profiles = Arc::new(Profiles::new(initial));
     let discovery = (!config.prefill_urls.is_empty()).then(|| {
         let settings = discovery::Settings {
@@ -496,6 +483,27 @@ async fn build(
         discovery,
         upstream_context,
     })
+}
+
+/// Without discovery, what each model is counted as, said once at start:
+/// a setting left at SGLang's default the server does not run is an
+/// undercount.
+fn warn_static_assumptions(config: &Config) {
+    if !config.prefill_urls.is_empty() {
+        return;
+    }
+    for m in &config.models {
+        let assumed = m.server.assumed();
+        if !assumed.is_empty() {
+            tracing::warn!(
+                model = %m.name,
+                assumed = %assumed.join(","),
+                "static configuration: counted as SGLang's defaults for these settings; state each \
+                 one the prefill server runs with (a default it does not run is an undercount), or \
+                 list prefill_urls"
+            );
+        }
+    }
 }
 
 /// A stated limit held against the context the configuration or the
