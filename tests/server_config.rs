@@ -162,7 +162,8 @@ async fn an_unmodelled_setting_takes_the_model_out_of_service_until_it_goes() {
 
 /// A rolling restart: two prefill workers whose `default_chat_template_kwargs`
 /// differ are each counted for and the larger count wins (as for releases),
-/// the model stays in service; a worker whose polls fail stops voting.
+/// the model stays in service; a worker whose polls fail is named stale and
+/// its last settings keep counting.
 #[tokio::test]
 async fn workers_that_disagree_are_counted_each_way_and_the_larger_wins() {
     // The checkpoint's ChatML template: n + 5 tokens for n words; this one n + 8.
@@ -180,15 +181,21 @@ async fn workers_that_disagree_are_counted_each_way_and_the_larger_wins() {
         live.g.post("/v1/chat/completions", &chat(1)).await.status,
         200
     );
-    // b goes down mid-rollout: its settings stop voting, a's alone count.
+    // b stops answering mid-rollout: it is named stale, and its last
+    // settings are still counted (the router may still send it requests).
     b.set(|x| x.fail_with = Some(503));
-    eventually("the dead worker no longer votes", || async {
-        live.g.post("/v1/chat/completions", &chat(2)).await.status == 200
+    let stale = format!("prefill_guard_discovery_stale{{worker=\"{}\"}}", b.url());
+    eventually("the silent worker is named stale", || async {
+        sample(&live.g.metrics().await, &stale) == 1.0
     })
     .await;
     assert_eq!(
-        live.g.post("/v1/chat/completions", &chat(5)).await.status,
+        live.g.post("/v1/chat/completions", &chat(2)).await.status,
         400
+    );
+    assert_eq!(
+        live.g.post("/v1/chat/completions", &chat(1)).await.status,
+        200
     );
 }
 

@@ -27,10 +27,7 @@ pub async fn read(api: &Api, url: &str) -> Option<Answer> {
     Some(Answer {
         url: url.to_string(),
         settings: Observed::from_server(&info, model_info.as_ref()),
-        keys: pd::PD_KEYS
-            .iter()
-            .filter_map(|(k, _)| Some((*k, info.get(*k)?.clone())))
-            .collect(),
+        keys: pd::keys_of(&info),
         auto_truncate: sglang::bool_field(&info, "allow_auto_truncate") == Some(true),
     })
 }

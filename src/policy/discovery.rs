@@ -324,17 +324,7 @@ impl Discovery {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             }),
-            pd_keys: pd::PD_KEYS
-                .iter()
-                .filter_map(|(k, _)| {
-                    // Present as null is a value (no speculative algorithm);
-                    // absent is a release that does not publish it.
-                    let v = info
-                        .get(*k)
-                        .or_else(|| info["internal_states"][0].get(*k))?;
-                    Some((*k, v.clone()))
-                })
-                .collect(),
+            pd_keys: pd::keys_of(&info),
         })
     }
 
@@ -359,7 +349,7 @@ impl Discovery {
                 if state.error.is_none() {
                     match kept {
                         Some(kept) => tracing::warn!(worker = %worker.url, %error, kept,
-                            "discovery poll failed; keeping the last known max_req_input_len (stale); its settings no longer vote while another worker answers"),
+                            "discovery poll failed; keeping the last known max_req_input_len and settings (stale)"),
                         None => tracing::warn!(worker = %worker.url, %error,
                             "discovery poll failed; no max_req_input_len known for this worker yet"),
                     }
@@ -385,12 +375,6 @@ impl Discovery {
                 .collect()
         };
         let (infos, decode) = (said(Role::Prefill), said(Role::Decode));
-        let stale: Vec<&str> = self
-            .workers
-            .iter()
-            .filter(|w| w.state().error.is_some())
-            .map(|w| w.url.as_str())
-            .collect();
         let all_answered = infos.iter().all(|(_, i)| i.is_some());
         let single = self.models.len() == 1;
         for (index, model) in self.models.iter().enumerate() {
@@ -413,19 +397,11 @@ impl Discovery {
             // Until every worker answered only the configuration speaks, as
             // for the limit.
             let settings = if all_answered && !serving.is_empty() {
-                // A worker whose polls fail no longer votes (its settings
-                // may be a dead process's); with none answering, the last
-                // settings stay in force.
-                let fresh: Vec<(&str, &Observed)> = serving
-                    .iter()
-                    .filter(|(url, _)| !stale.contains(url))
-                    .map(|(url, i)| (*url, &i.settings))
-                    .collect();
-                let said: Vec<(&str, &Observed)> = if fresh.is_empty() {
-                    serving.iter().map(|(url, i)| (*url, &i.settings)).collect()
-                } else {
-                    fresh
-                };
+                // A worker whose polls fail keeps its last settings: the
+                // router may still send it requests, and workers that differ
+                // are counted each way, so keeping them can only count more.
+                let said: Vec<(&str, &Observed)> =
+                    serving.iter().map(|(url, i)| (*url, &i.settings)).collect();
                 profile::settings_from_workers(&model.server, &said)
             } else {
                 Ok(model.server.observed.clone())

@@ -70,6 +70,21 @@ pub const PD_KEYS: [(&str, Scope); 13] = [
     ("enable_return_hidden_states", Scope::Speculative),
 ];
 
+/// The [`PD_KEYS`] a worker's `/server_info` publishes, as it answered
+/// them. Present as null is a value (no speculative algorithm); absent is a
+/// release that does not publish it.
+pub fn keys_of(info: &Value) -> BTreeMap<&'static str, Value> {
+    PD_KEYS
+        .iter()
+        .filter_map(|(k, _)| {
+            let v = info
+                .get(*k)
+                .or_else(|| info["internal_states"][0].get(*k))?;
+            Some((*k, v.clone()))
+        })
+        .collect()
+}
+
 /// What a prefill/decode disagreement on a setting takes out of service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
