@@ -1,4 +1,4 @@
-"""Prints the counting micro-benchmarks (benches/count.rs) as one Markdown
+"""Prints the counting micro-benchmarks (crates/count/benches/count.rs) as one Markdown
 table: per fixture, the median time of each benchmark and its ratio to the
 `tokenizers` crate's own encode (the floor).
 

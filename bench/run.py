@@ -2,7 +2,7 @@
 bench/run.sh, which installs wrk and the venv and builds the release binaries.
 
 One run starts, all on loopback:
-  direct  client -> stub (examples/bench_stub.rs, a fast SGLang look-alike)
+  direct  client -> stub (bench/harness/src/bin/bench_stub.rs, a fast SGLang look-alike)
   envoy   client -> Envoy (plain pass-through, bench/envoy.yaml) -> stub
   nginx   client -> nginx (plain pass-through, bench/nginx.conf) -> stub
   guard   client -> prefill-guard serve -> stub
@@ -14,7 +14,7 @@ and an over-limit body of about 1M tokens, then:
     turn, cold and warm, to a guard with its count cache and one without,
     beside one single-threaded encode of its text (`--workloads agent`),
   - the guard's decision on the 600k and 1M prompts against one
-    single-threaded `tokenizers` encode of the same text (examples/bench_encode.rs),
+    single-threaded `tokenizers` encode of the same text (bench/harness/src/bin/bench_encode.rs),
   - a flood: 64 connections sending 4 MiB bodies to the guard, with its peak
     RSS, /healthz answers during the flood and the 503s it shed.
 It prints Markdown to stdout and keeps everything (logs, JSON) in --out.
@@ -26,7 +26,7 @@ divided by completed requests) and their peak RSS (VmHWM, reset before each
 run through /proc/<pid>/clear_refs).
 
 Latency at moderate load (1k, 32k) comes from one interleaved run per workload
-(examples/bench_paced.rs): a fixed-rate open-loop stream dealt round-robin to
+(bench/harness/src/bin/bench_paced.rs): a fixed-rate open-loop stream dealt round-robin to
 direct, envoy, nginx, guard and router, so that a stall of this shared VM falls on all
 of them alike and "added" compares the same moments. The naive guard is left
 out of it: at that rate it would be saturated and take the CPU from the others.
@@ -435,7 +435,7 @@ def serial(t: Target, body: Path, n: int) -> dict:
 
 
 def paced(binary: Path, targets: list, body: Path, rate: float, seconds: float) -> dict:
-    """One interleaved run (examples/bench_paced.rs): `rate` requests/s per
+    """One interleaved run (bench/harness/src/bin/bench_paced.rs): `rate` requests/s per
     target, dealt round-robin. Returns per-target latency stats in µs."""
     argv = [str(binary), "--body", str(body), "--rate", str(rate * len(targets)),
             "--seconds", str(seconds), *(f"{t.name}={t.url()}" for t in targets)]
@@ -632,7 +632,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "target" / "bench"))
     ap.add_argument("--guard", default=str(REPO / "target" / "release" / "prefill-guard"))
     ap.add_argument("--stub", default=str(REPO / "target" / "release" / "examples" / "bench_stub"))
-    ap.add_argument("--encode", default=str(REPO / "target" / "release" / "examples" / "bench_encode"))
+    ap.add_argument("--encode", default=str(REPO / "target" / "release" / "bench_encode"))
     ap.add_argument("--paced", default=str(REPO / "target" / "release" / "examples" / "bench_paced"))
     ap.add_argument("--python", default=sys.executable, help="the venv's python (router, naive guard)")
     ap.add_argument("--measured", default="", help="which guard build is measured (commit), for the report")
@@ -1055,7 +1055,7 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
     paced_wl = [w for w in workloads if w.paced_rate and "paced" in results["workloads"][w.name].get("direct", {})]
     if paced_wl:
         L.append("## Latency at moderate load, interleaved\n")
-        L.append("One open-loop run per workload (`examples/bench_paced.rs`): requests leave at a fixed rate, "
+        L.append("One open-loop run per workload (`bench/harness/src/bin/bench_paced.rs`): requests leave at a fixed rate, "
                  "dealt round-robin to the targets, so every target sees the same moments of the machine. "
                  "Latency is from writing the request to the end of the response, on warm keep-alive "
                  "connections.\n")

@@ -6,7 +6,7 @@
 # Usage: bench/run.sh [--quick] [--rev COMMIT] [run.py options]
 #   --rev COMMIT  measure the guard as of COMMIT (exported with git archive and
 #                 built apart, in target/bench/), not the working tree; the
-#                 harness (bench/, examples/bench_*.rs) is always this one.
+#                 harness (bench/, bench/harness) is always this tree's.
 # Durations: BENCH_SECONDS, BENCH_LONG_REQUESTS, BENCH_FLOOD_SECONDS (see run.py).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -36,7 +36,10 @@ done
 # plus FastAPI/transformers/httpx for the naive guard.
 venv="$(scripts/pyenv.sh bench/requirements.txt)"
 
-targets=(--bin prefill-guard --example bench_stub --example bench_encode --example bench_paced)
+# The harness is always built from this tree, apart from the guard measured.
+echo "bench: building the harness (release)" >&2
+cargo build --release -p prefill-guard-bench --bin bench_stub --bin bench_encode --bin bench_paced >&2
+harness="${CARGO_TARGET_DIR:-$repo/target}/release"
 if [ -n "$rev" ]; then
   commit="$(git rev-parse --verify "$rev^{commit}")"
   # One fixed directory, so that a new commit rebuilds only what changed.
@@ -44,7 +47,7 @@ if [ -n "$rev" ]; then
   built="$(cat "$src/.bench-commit" 2>/dev/null || true)"
   # A commit that changes nothing the binary is built from reuses the build.
   if [ -n "$built" ] && [ "$built" != "$commit" ] &&
-    git diff --quiet "$built" "$commit" -- src Cargo.toml Cargo.lock build.rs 2>/dev/null; then
+    git diff --quiet "$built" "$commit" -- src crates Cargo.toml Cargo.lock build.rs 2>/dev/null; then
     echo "$commit" >"$src/.bench-commit"
     built="$commit"
   fi
@@ -54,22 +57,20 @@ if [ -n "$rev" ]; then
     git archive "$commit" | tar -x -C "$src"
     echo "$commit" >"$src/.bench-commit"
   fi
-  mkdir -p "$src/examples"
-  cp examples/bench_stub.rs examples/bench_encode.rs examples/bench_paced.rs "$src/examples/"
   echo "bench: building $commit (release) in $src" >&2
-  (cd "$src" && CARGO_TARGET_DIR="$repo/target/bench/target" cargo build --release "${targets[@]}" >&2)
+  (cd "$src" && CARGO_TARGET_DIR="$repo/target/bench/target" cargo build --release --bin prefill-guard >&2)
   bin="$repo/target/bench/target/release"
   measured="$commit"
 else
   echo "bench: building the working tree (release)" >&2
-  cargo build --release "${targets[@]}" >&2
+  cargo build --release --bin prefill-guard >&2
   bin="$repo/target/release"
   measured="$(git rev-parse HEAD)"
-  if [ -n "$(git status --porcelain -- src Cargo.toml Cargo.lock)" ]; then
+  if [ -n "$(git status --porcelain -- src crates Cargo.toml Cargo.lock)" ]; then
     measured="$measured + uncommitted changes in src/"
   fi
 fi
 
 exec "$venv/bin/python" bench/run.py --python "$venv/bin/python" \
-  --guard "$bin/prefill-guard" --stub "$bin/examples/bench_stub" --encode "$bin/examples/bench_encode" --paced "$bin/examples/bench_paced" \
+  --guard "$bin/prefill-guard" --stub "$harness/bench_stub" --encode "$harness/bench_encode" --paced "$harness/bench_paced" \
   --measured "$measured" "${args[@]+"${args[@]}"}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Soak run (issue 17 item 6): builds the release guard and examples/soak.rs,
+# Soak run (issue 17 item 6): builds the release guard and the soak harness
+# (bench/harness/src/bin/soak.rs; nothing else builds it),
 # then runs the soak against the binary: 30 minutes of mixed legitimate,
 # over-limit, malformed and slow traffic from 64 clients, the upstream
 # injecting faults. Prints RSS and descriptors over time and the answers by
@@ -17,6 +18,6 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 
 echo "soak: building the guard and the soak harness (release)" >&2
-cargo build --release --bin prefill-guard --example soak >&2
+cargo build --release --bin prefill-guard -p prefill-guard-bench --bin soak >&2
 target="${CARGO_TARGET_DIR:-$repo/target}"
-exec "$target/release/examples/soak" --guard "$target/release/prefill-guard" "$@"
+exec "$target/release/soak" --guard "$target/release/prefill-guard" "$@"

@@ -1,6 +1,6 @@
-"""Reading Rust source as text for the layout checks (import-cycles.py,
-long-functions.py): literals and comments blanked so that braces inside
-them do not count, and the end of a braced item."""
+"""Reading Rust source as text for the layout check (import-cycles.py):
+literals and comments blanked so that braces inside them do not count, and
+the end of a braced item."""
 import re
 
 _RAW = re.compile(r'b?r(#*)"')

@@ -1,5 +1,5 @@
 //! prefill-guard: refuses prompts that SGLang's prefill KV pool cannot hold,
-//! counted exactly as the SGLang release in front of which it runs (0.5.19 to
+//! counted exactly as the SGLang release in front of which it runs (0.4.5 to
 //! 0.5.23) counts them, before a byte reaches upstream.
 //!
 //! The flow is one way: `server` (the listeners; `server::serve` is the
@@ -7,8 +7,8 @@
 //! and ext_proc adapters), over `conn` (framing, client timeouts, body
 //! budget) → `core` (the decision core every adapter shares: the
 //! request-level step, then the body-level `Guard`: `inspect` (HTTP request
-//! → prompt units, or a refusal) → `count` (units → token counts; no HTTP
-//! in there) → `policy` (counts + limit → verdict), and one `Record` per
+//! → prompt units, or a refusal) → `count` (units → token counts: the crate
+//! `crates/count`, which has no HTTP dependency) → `policy` (counts + limit → verdict), and one `Record` per
 //! request, returned with each step's verdict, for metrics and the decision
 //! log) → `proxy` (forward the checked
 //! body) or `errors` (refusal → status, body, metric label). `app` is the
@@ -28,7 +28,6 @@ pub mod cli;
 pub mod config;
 pub mod conn;
 pub mod core;
-pub mod count;
 pub mod count_cmd;
 pub mod demo;
 pub mod errors;
@@ -41,9 +40,17 @@ pub mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod reload;
-pub mod route;
 pub mod server;
 pub mod sglang;
 pub mod signal;
 pub mod sim;
 pub mod verify;
+
+/// The counting core, a crate of its own (`crates/count`): units → token
+/// counts, with no HTTP, async runtime or RPC library among its
+/// dependencies. Re-exported under its old path so `crate::count::…` reads
+/// as before.
+pub use prefill_guard_count as count;
+/// The route table, part of the counting core: how a body is counted
+/// depends on the SGLang entrypoint it is sent to.
+pub use prefill_guard_count::route;

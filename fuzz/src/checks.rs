@@ -16,15 +16,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use prefill_guard::conn::framing::Sniffer;
-use prefill_guard::count::model::CheckpointTemplates;
-use prefill_guard::count::py::json_loads;
-use prefill_guard::count::template::RenderContext;
-use prefill_guard::count::{
-    ChatTemplate, Clock, CountMethod, CountPolicy, ModelCounter, TokenizerClass, TokenizerConfig,
-};
 use prefill_guard::inspect::json::{canonical, parse_strict};
 use prefill_guard::inspect::path::canonical_path;
 use prefill_guard::inspect::{extract as extract_units, Route};
+use prefill_guard_count::model::CheckpointTemplates;
+use prefill_guard_count::py::json_loads;
+use prefill_guard_count::template::RenderContext;
+use prefill_guard_count::{
+    ChatTemplate, Clock, CountMethod, CountPolicy, ModelCounter, TokenizerClass, TokenizerConfig,
+};
 use serde_json::{json, Map, Value};
 
 /// The fixture directory (`PREFILL_GUARD_SHARED`, else `../shared` beside the repo).
@@ -286,7 +286,7 @@ pub fn template(templates: &Templates, data: &[u8]) {
             .get("add_generation_prompt")
             .and_then(Value::as_bool)
             .unwrap_or(true),
-        special_tokens: &prefill_guard::count::template::string_variables(specials),
+        special_tokens: &prefill_guard_count::template::string_variables(specials),
         extra: request
             .get("chat_template_kwargs")
             .and_then(Value::as_object)

@@ -156,7 +156,7 @@ mod tests {
         let plain = "SECRET-A-17: héllo  wörld\n\t!";
         let ids = t.encode_ids(plain, true).unwrap();
         assert_eq!(ids.len(), plain.len(), "one token per byte");
-        assert_eq!(t.inner.decode(&ids, true).unwrap(), plain);
+        assert_eq!(t.decode(&ids), plain);
         std::fs::remove_dir_all(&dir).ok();
     }
 }

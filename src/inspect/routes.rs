@@ -32,7 +32,7 @@ const PASS_THROUGH: &[(&str, &[&str])] = &[
 /// for the body side). Everything not modelled is refused: default deny.
 pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Reason> {
     if let Some(route) = Route::from_path(canonical_path) {
-        return if route.allows(method) {
+        return if route.allows(method.as_str()) {
             Ok(RouteClass::Inspect(route))
         } else {
             Err(Reason::MethodNotAllowed {

@@ -107,7 +107,7 @@ impl SimModel {
 
     /// `tokenizer.decode(ids, skip_special_tokens=True)`, SGLang's default.
     pub fn detokenize(&self, ids: &[u32]) -> String {
-        self.tokenizer.inner.decode(ids, true).unwrap_or_default()
+        self.tokenizer.decode(ids)
     }
 
     /// The id a fresh KV slot holds before anything was written to it.
