@@ -1,17 +1,21 @@
 //! The running state every listener serves: one [`App`] per configuration,
 //! built by `reload::Runtime` at start and on each reload, and swapped whole
-//! ([`Apps`]).
+//! ([`Apps`]); and the first half of every HTTP adapter's request
+//! ([`App::receive`]), which needs that state.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use http::{request, Method, Request, Uri};
 
 use crate::config::{Config, ConfigError};
 use crate::conn::budget::{BodyBudget, BodyTimeouts, Reservation};
-use crate::core::{Gate, Guard};
+use crate::conn::framing;
+use crate::core::{Gate, Guard, Head, Mode, Outcome, Record};
 use crate::errors::Reason;
+use crate::inspect::RouteClass;
 use crate::metrics::Metrics;
 use crate::policy::discovery::Discovery;
 use crate::proxy::Upstream;
@@ -91,20 +95,98 @@ impl App {
         })
     }
 
-    /// Reads a request body within `max_body_bytes`, the shared body budget
-    /// and the client timeouts. The reservation is held until dropped, so
-    /// the budget counts the body while the guard (and forwarding) hold it.
-    pub async fn read_body<B>(&self, body: B) -> Result<(Bytes, Reservation), Reason>
+    /// The preamble of the HTTP adapters (the proxy, ext_authz over HTTP),
+    /// up to the body-level step: framing → the request as the client sent
+    /// it → `Gate::classify` → the body, read within `max_body_bytes`, the
+    /// shared body budget and the client timeouts. `target` reads the
+    /// client's method and request target off `req`, as the adapter receives
+    /// them. A refusal at framing or `target` is on a fresh Record, since the
+    /// core has not seen the request; `arrival` keeps what the adapter's
+    /// answer and log need whatever happened.
+    pub async fn receive<B>(
+        &self,
+        req: Request<B>,
+        mode: Mode,
+        target: impl FnOnce(&Request<B>) -> Result<(Method, Uri), Reason>,
+        arrival: &mut Arrival,
+    ) -> Outcome<Received>
     where
         B: hyper::body::Body<Data = Bytes> + Unpin,
         B::Error: std::fmt::Display,
     {
-        crate::conn::budget::read_within(
+        // Framing first: a request whose framing is ambiguous is refused
+        // whatever its route, and its connection closed (`conn::framing`).
+        let reported = framing::check_verdict(&req)
+            .and_then(|()| framing::check_headers(req.version(), req.headers()))
+            .and_then(|()| target(&req));
+        let (method, uri) = match reported {
+            Ok(reported) => reported,
+            Err(reason) => return Outcome::refused(Record::new(mode), reason),
+        };
+        let head = Head {
+            method: &method,
+            target: &uri,
+            headers: req.headers(),
+        };
+        let Outcome { record, verdict } = self.gate.classify(&head, mode);
+        arrival.method = method;
+        let class = match verdict {
+            Ok(class) => class,
+            Err(reason) => return Outcome::refused(record, reason),
+        };
+        let (parts, body) = req.into_parts();
+        let read = crate::conn::budget::read_within(
             body,
             self.gate.max_body_bytes,
             &self.body_budget,
             BodyTimeouts::of(&self.client),
         )
-        .await
+        .await;
+        let (body, reservation) = match read {
+            Ok(read) => read,
+            Err(reason) => return Outcome::refused(record, reason),
+        };
+        arrival.body_pending = false;
+        Outcome {
+            record,
+            verdict: Ok(Received {
+                class,
+                parts,
+                body,
+                reservation,
+            }),
+        }
     }
+}
+
+/// What an HTTP adapter's answer and log line need of a request, whether or
+/// not [`App::receive`] got through.
+pub struct Arrival {
+    /// The method the request is judged by: the client's, once `target`
+    /// has read it; until then the adapter's own request's.
+    pub method: Method,
+    /// Part of the body is still unread on the connection: a refusal then
+    /// closes it rather than drain it.
+    pub body_pending: bool,
+}
+
+impl Arrival {
+    pub fn of<B: hyper::body::Body>(req: &Request<B>) -> Self {
+        Self {
+            method: req.method().clone(),
+            body_pending: !req.body().is_end_stream(),
+        }
+    }
+}
+
+/// A request [`App::receive`] has classified and whose body it has read.
+pub struct Received {
+    /// The route class `Gate::classify` found, for `Gate::check_body`.
+    pub class: RouteClass,
+    /// The request as received, its body taken out.
+    pub parts: request::Parts,
+    pub body: Bytes,
+    /// The body's share of the budget, held until dropped: keep it while
+    /// the body (or what is forwarded of it) is held.
+    pub reservation: Reservation,
 }

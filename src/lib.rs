@@ -4,15 +4,17 @@
 //!
 //! The flow is one way: `server` (the listeners; `server::serve` is the
 //! one assembly `cli`, the tests and the demo call) and `ext` (ext_authz
-//! and ext_proc adapters), over `conn` (framing, client timeouts, body
-//! budget) → `core` (the decision core every adapter shares: the
+//! and ext_proc adapters), over `conn` (connection admission, framing,
+//! client timeouts, body budget) → `core` (the decision core every adapter shares: the
 //! request-level step, then the body-level `Guard`: `inspect` (HTTP request
 //! → prompt units, or a refusal) → `count` (units → token counts: the crate
 //! `crates/count`, which has no HTTP dependency) → `policy` (counts + limit → verdict), and one `Record` per
 //! request, returned with each step's verdict, for metrics and the decision
-//! log) → `proxy` (forward the checked
+//! log; `policy::sample` checks a share of the counts against the server's
+//! own) → `proxy` (forward the checked
 //! body) or `errors` (refusal → status, body, metric label). `app` is the
-//! running state each request takes (`App`, swapped whole on reload);
+//! running state each request takes (`App`, swapped whole on reload), and
+//! the HTTP adapters' one preamble (`App::receive`);
 //! `route` is the route table all of them read; `load`, `hub` and `reload`
 //! bring models in; `config` declares each setting once (`config/settings.rs`:
 //! the file key, the flag, the variable) and resolves them; `signal` stops

@@ -36,22 +36,6 @@ const UPSTREAM_SECONDS_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 ];
 
-/// Whether the guard let a request through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Allowed,
-    Refused,
-}
-
-impl Decision {
-    fn label(self) -> &'static str {
-        match self {
-            Decision::Allowed => "allowed",
-            Decision::Refused => "refused",
-        }
-    }
-}
-
 pub struct Metrics {
     version: String,
     requests: CounterVec,
@@ -70,8 +54,6 @@ pub struct Metrics {
     count_check_failing: std::sync::Mutex<std::collections::BTreeMap<String, bool>>,
     connections_refused: CounterVec,
     client_timeouts: CounterVec,
-    /// Open connections per listener and per peer (shared across reloads).
-    pub connections: Arc<Connections>,
     /// The count cache's totals (shared by every cache a reload builds).
     pub count_cache: Arc<CacheCounters>,
 }
@@ -198,7 +180,6 @@ impl Metrics {
                  rejections (reason client_timeout).",
                 &["listener", "phase"],
             ),
-            connections: Arc::default(),
             count_cache: Arc::default(),
         }
     }
@@ -240,9 +221,10 @@ impl Metrics {
         self.reloads.inc(&[outcome]);
     }
 
-    /// `mode`: `core::Mode::label()`, a closed set.
-    pub fn request(&self, mode: &str, route: &str, model: &str, decision: Decision) {
-        self.requests.inc(&[mode, route, model, decision.label()]);
+    /// `mode`: `core::Mode::label()`; `decision`: `core::Record::decision()`
+    /// (`allowed` or `refused`). Both closed sets.
+    pub fn request(&self, mode: &str, route: &str, model: &str, decision: &'static str) {
+        self.requests.inc(&[mode, route, model, decision]);
     }
 
     pub fn rejection(&self, mode: &str, route: &str, model: &str, reason: &'static str) {
@@ -283,15 +265,18 @@ impl Metrics {
     /// The text exposition. `profiles` are read at scrape time because they
     /// may change while the guard runs (discovery, reload).
     pub fn render(&self, profiles: &[ModelGauges]) -> String {
-        self.render_with_workers(profiles, &[])
+        self.render_with_workers(profiles, &[], &[])
     }
 
     /// [`Metrics::render`] plus the prefill workers discovery polls (the
-    /// per-worker gauges appear only when there are workers).
+    /// per-worker gauges appear only when there are workers) and the
+    /// connections open per listener (`conn::admission::Connections::open`),
+    /// state that is not the metrics' own, read at scrape time too.
     pub fn render_with_workers(
         &self,
         profiles: &[ModelGauges],
         workers: &[WorkerSample],
+        open_connections: &[(&str, i64)],
     ) -> String {
         let mut out = String::new();
         self.requests.render(&mut out);
@@ -328,7 +313,7 @@ impl Metrics {
             "Client connections open, by listener (the admin port is not counted).",
             "gauge",
         );
-        for (listener, open) in self.connections.open() {
+        for &(listener, open) in open_connections {
             let _ = writeln!(
                 out,
                 "prefill_guard_open_connections{} {open}",
@@ -550,85 +535,6 @@ fn render_workers(out: &mut String, workers: &[WorkerSample]) {
     }
 }
 
-/// The connections open on the proxy and authz listeners, in total and per
-/// peer address, for their limits (`max_connections`,
-/// `max_connections_per_client`). Peer counts are never exported: addresses
-/// are unbounded label values.
-#[derive(Debug, Default)]
-pub struct Connections {
-    open: [AtomicI64; 2],
-    /// The authz listener is bound (`authz_listen`): only then is its gauge
-    /// exported, so a dashboard shows no listener that does not exist.
-    authz_bound: std::sync::atomic::AtomicBool,
-    per_peer: Mutex<std::collections::HashMap<(usize, std::net::IpAddr), usize>>,
-}
-
-/// The listeners whose connections are limited.
-pub const LISTENERS: [&str; 2] = ["proxy", "authz"];
-
-impl Connections {
-    /// Takes a slot for a connection from `peer` on `listener` (an index
-    /// into [`LISTENERS`]), or names the limit it would pass.
-    pub fn admit(
-        self: &Arc<Self>,
-        listener: usize,
-        peer: std::net::IpAddr,
-        max: usize,
-        max_per_peer: usize,
-    ) -> Result<ConnectionSlot, &'static str> {
-        let mut per_peer = lock(&self.per_peer);
-        if self.open[listener].load(Ordering::Relaxed) >= max as i64 {
-            return Err("max_connections");
-        }
-        let mine = per_peer.entry((listener, peer)).or_default();
-        if max_per_peer > 0 && *mine >= max_per_peer {
-            return Err("max_connections_per_client");
-        }
-        *mine += 1;
-        self.open[listener].fetch_add(1, Ordering::Relaxed);
-        Ok(ConnectionSlot {
-            ledger: self.clone(),
-            listener,
-            peer,
-        })
-    }
-
-    fn open(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
-        let authz = self.authz_bound.load(Ordering::Relaxed);
-        LISTENERS
-            .iter()
-            .zip(&self.open)
-            .filter(move |(l, _)| **l != "authz" || authz)
-            .map(|(l, n)| (*l, n.load(Ordering::Relaxed)))
-    }
-
-    /// The authorization listener is bound: its connections are exported.
-    pub fn authz_bound(&self) {
-        self.authz_bound.store(true, Ordering::Relaxed);
-    }
-}
-
-/// One open connection, given back on drop.
-pub struct ConnectionSlot {
-    ledger: Arc<Connections>,
-    listener: usize,
-    peer: std::net::IpAddr,
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        let mut per_peer = lock(&self.ledger.per_peer);
-        let key = (self.listener, self.peer);
-        if let Some(n) = per_peer.get_mut(&key) {
-            *n -= 1;
-            if *n == 0 {
-                per_peer.remove(&key);
-            }
-        }
-        self.ledger.open[self.listener].fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// See [`Metrics::in_flight`].
 pub struct InFlight(Arc<AtomicI64>);
 
@@ -807,7 +713,7 @@ mod tests {
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let m = Metrics::new("1.2.3");
-        m.request("proxy", "/generate", "m", Decision::Refused);
+        m.request("proxy", "/generate", "m", "refused");
         m.rejection("proxy", "/generate", "m", "context_length_exceeded");
         m.prompt_tokens("proxy", "/generate", "m", 20);
         m.prompt_tokens("proxy", "/generate", "m", 10_000_000);
@@ -861,6 +767,7 @@ mod tests {
                     up: false,
                 },
             ],
+            &[],
         );
         assert!(text.contains("prefill_guard_discovery_errors_total{worker=\"http://p:1\"} 1\n"));
         assert!(text.contains("prefill_guard_limit_changes_total{model=\"m\"} 1\n"));
@@ -880,17 +787,12 @@ mod tests {
         assert!(!m.render(&[]).contains("prefill_guard_discovery_stale"));
     }
 
-    /// No gauge for a listener that is not bound (`authz_listen` unset).
     #[test]
-    fn the_authz_gauge_only_with_an_authz_listener() {
+    fn renders_the_open_connections_it_is_given() {
         let m = Metrics::new("0");
-        let text = m.render(&[]);
-        assert!(text.contains("prefill_guard_open_connections{listener=\"proxy\"} 0\n"));
+        let text = m.render_with_workers(&[], &[], &[("proxy", 3)]);
+        assert!(text.contains("prefill_guard_open_connections{listener=\"proxy\"} 3\n"));
         assert!(!text.contains("listener=\"authz\"} "), "{text}");
-        m.connections.authz_bound();
-        assert!(m
-            .render(&[])
-            .contains("prefill_guard_open_connections{listener=\"authz\"} 0\n"));
     }
 
     #[test]

@@ -32,8 +32,8 @@ use crate::metrics::Metrics;
 use crate::policy::ceiling::{self, UpstreamContext};
 use crate::policy::discovery::{self, Discovery, ModelSpec};
 use crate::policy::pd::{Exposure, PdRules};
+use crate::policy::sample::{Oracle, Sampler, SamplerSettings};
 use crate::policy::{profile, NotServed, Profile, Profiles};
-use crate::verify::{Oracle, Sampler, SamplerSettings};
 
 /// How long one discovery request may take (connect, answer, body).
 const DISCOVERY_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

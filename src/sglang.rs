@@ -136,6 +136,40 @@ impl Api {
     }
 }
 
+// The bodies both the `verify` command and the runtime sampler send to
+// `POST /v1/tokenize`, and how its answer is read: the two checks must
+// ask the server the same question.
+
+/// The chat body as the client sent it, minus streaming options, which a
+/// tokenize call has no use for. Every field the chat template can see
+/// (messages, tools, tool_choice, chat_template_kwargs, reasoning_effort,
+/// continue_final_message, ...) passes.
+pub fn chat_tokenize_body(body: &Value) -> Value {
+    let mut body = body.clone();
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("stream");
+        obj.remove("stream_options");
+    }
+    body
+}
+
+/// A text prompt as `tokenizer(text)` counts it (special tokens added).
+pub fn text_tokenize_body(model: Option<&str>, text: &str) -> Value {
+    let mut body = serde_json::json!({"prompt": text, "add_special_tokens": true});
+    if let Some(m) = model {
+        body["model"] = m.into();
+    }
+    body
+}
+
+/// `TokenizeResponse.count` (an int for one prompt), else the length of `tokens`.
+pub fn tokenize_count(answer: &Value) -> Option<usize> {
+    answer["count"]
+        .as_u64()
+        .map(|n| n as usize)
+        .or_else(|| answer["tokens"].as_array().map(Vec::len))
+}
+
 /// `base` (an `http://` URL, with or without a path and trailing slash) + `path`.
 pub fn join(base: &str, path: &str) -> String {
     format!("{}{path}", base.trim_end_matches('/'))
@@ -329,6 +363,25 @@ pub fn max_req_input_len_from(context_length: usize, prefill_pool_tokens: usize)
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn tokenize_bodies_and_answers() {
+        let chat = json!({"model": "m", "messages": [], "stream": true, "stream_options": {}, "tools": []});
+        assert_eq!(
+            chat_tokenize_body(&chat),
+            json!({"model": "m", "messages": [], "tools": []})
+        );
+        assert_eq!(
+            text_tokenize_body(Some("m"), "hi"),
+            json!({"prompt": "hi", "add_special_tokens": true, "model": "m"})
+        );
+        assert_eq!(
+            tokenize_count(&json!({"tokens": [1, 2], "count": 2})),
+            Some(2)
+        );
+        assert_eq!(tokenize_count(&json!({"tokens": [1, 2, 3]})), Some(3));
+        assert_eq!(tokenize_count(&json!({})), None);
+    }
 
     #[test]
     fn fields_fall_back_to_the_first_internal_state() {

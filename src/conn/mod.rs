@@ -1,6 +1,7 @@
 //! What one client connection may take of the guard besides its requests'
-//! bodies (`budget.rs`; the HTTP framing it reads in `framing.rs`): time to send a request head, time spent idle
-//! between requests, and a slot among the listener's connections.
+//! bodies (`budget.rs`; the HTTP framing it reads in `framing.rs`): a slot
+//! among the listener's connections (`admission.rs`), time to send a request
+//! head, and time spent idle between requests.
 //!
 //! hyper's own `header_read_timeout` starts whenever it waits for a head,
 //! idle keep-alive included, so it cannot give an idle connection longer
@@ -15,6 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod admission;
 pub mod budget;
 pub mod framing;
 

@@ -1,50 +1,25 @@
 //! The body-level step: `Content-Type` → parse → extract → count → policy,
 //! for one inspected route's body. Every adapter reaches it through
-//! `Gate::check_body` and answers the [`Decision`] in its own protocol.
+//! `Gate::check_body`, which hands it the request's [`Record`] and gets it
+//! back filled in, with the verdict ([`Outcome`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 
 use crate::config::Readiness;
 use crate::count::cache::{CacheScope, CountCache, Partition, Partitioning};
 use crate::count::{Clock, CountMethod, CountPolicy, Counted, ModelCounter, Unit};
 use crate::errors::Reason;
 use crate::inspect::{self, json, Route};
+use crate::policy::sample::Sampler;
 use crate::policy::{self, Profiles};
 
 use super::pool::CountPool;
-
-/// The verdict on one request, with what the metrics and the decision log need.
-#[derive(Debug)]
-pub struct Decision {
-    pub route: Route,
-    /// The served model the request was counted with, once known.
-    pub model: Option<String>,
-    /// The largest unit's token count, when counting got that far. For a
-    /// refused batch this is the first unit that did not fit. Exact, or with
-    /// `method == EarlyExit` a lower bound at or above the limit; `None` when
-    /// the request was accepted by its upper bound (see `upper_bound`).
-    pub tokens: Option<usize>,
-    /// With `method == Bound`: the largest unit's upper bound (below the
-    /// limit); the prompt was not tokenized, so there is no count.
-    pub upper_bound: Option<usize>,
-    /// How the request was decided: `EarlyExit` if the refusing unit stopped
-    /// early, else `Bound` if any unit was decided by its bound, else `Exact`.
-    /// `None` when counting did not run to a verdict.
-    pub method: Option<CountMethod>,
-    /// Every unit's count, for an allowed request (bounds for `Bound` units).
-    pub unit_tokens: Vec<usize>,
-    pub limit: Option<usize>,
-    /// Time spent counting (queueing for a counting thread included; for a
-    /// body decided whole on a counting thread, parsing too).
-    pub count_time: Duration,
-    /// The canonical body to forward, or why not.
-    pub verdict: Result<Bytes, Reason>,
-    /// The request's `x-request-id`, for the lines a sampled check logs.
-    pub request_id: Option<Arc<str>>,
-}
+use super::{Outcome, Record};
 
 pub struct Guard {
     core: Core,
@@ -63,7 +38,7 @@ struct Core {
     /// Never accept by the upper bound (`exact_counting`).
     exact_counting: bool,
     /// Sampled count checks (`verify_sample_rate`), if on.
-    sampler: Option<Arc<crate::verify::Sampler>>,
+    sampler: Option<Arc<Sampler>>,
     /// Remembered piece counts of long prompts (`count_cache_bytes`), if on.
     cache: Option<Arc<CountCache>>,
     /// Which requests may reuse each other's remembered counts.
@@ -77,6 +52,15 @@ struct Inspected {
     value: Arc<serde_json::Value>,
     units: Vec<Unit>,
     counter: Arc<ModelCounter>,
+    limit: usize,
+}
+
+/// What the counting step of [`Core::decide`] is handed: the units, their
+/// model's counter and limit, and the policy to count them under.
+struct Counting {
+    counter: Arc<ModelCounter>,
+    units: Vec<Unit>,
+    policy: CountPolicy,
     limit: usize,
 }
 
@@ -113,7 +97,7 @@ impl Guard {
 
     /// Checks a sampled share of allowed requests against a prefill worker
     /// (`verify_sample_rate`).
-    pub fn with_sampler(mut self, sampler: Option<Arc<crate::verify::Sampler>>) -> Self {
+    pub fn with_sampler(mut self, sampler: Option<Arc<Sampler>>) -> Self {
         self.core.sampler = sampler;
         self
     }
@@ -200,69 +184,58 @@ impl Guard {
             .collect()
     }
 
-    /// Decides on a request body for an inspected route. `content_type` is the
-    /// request's `Content-Type` header, if any.
+    /// Decides on a request body for an inspected route, filling in the
+    /// request's `record` (what counting found) and returning it with the
+    /// verdict: the canonical body to forward, or why not. `content_type` is
+    /// the request's `Content-Type` header, if any; `partition` is its
+    /// [`Self::partition`]; `request_id` its `x-request-id`, for the lines a
+    /// sampled check logs.
     ///
     /// A small body is decided here, on the async runtime: parsing it and
     /// bounding its prompt cost about what handing it to a counting thread
     /// would cost in wake-ups. A large one is decided whole on the bounded
     /// pool, parsing included, so that neither parsing nor counting a
     /// multi-megabyte body holds up the connections sharing this thread.
-    /// `partition` is the request's [`Self::partition`].
     pub async fn check(
         &self,
+        mut record: Record,
         route: Route,
         content_type: Option<&[u8]>,
         partition: Partition,
         request_id: Option<Arc<str>>,
         body: Bytes,
-    ) -> Decision {
-        let mut d = Decision::new(route);
-        d.request_id = request_id.clone();
+    ) -> Outcome<Bytes> {
         if let Err(reason) = require_json(content_type) {
-            d.verdict = Err(reason);
-            return d;
+            return Outcome::refused(record, reason);
         }
         if body.len() > INLINE_MAX_BYTES {
-            return self.check_on_pool(route, partition, request_id, body).await;
+            return self
+                .check_on_pool(record, route, partition, request_id, body)
+                .await;
         }
-        d.verdict = self.decide_small(&mut d, partition, &body).await;
-        d
-    }
-
-    async fn decide_small(
-        &self,
-        d: &mut Decision,
-        partition: Partition,
-        body: &[u8],
-    ) -> Result<Bytes, Reason> {
-        let Inspected {
-            value,
-            units,
-            counter,
-            limit,
-        } = self.core.inspect(d, body)?;
-        let sampled = self.core.sample(&units);
-        let started = Instant::now();
-        let counted = self
-            .count_small(counter.clone(), units, limit, partition)
+        let verdict = self
+            .core
+            .decide(
+                &mut record,
+                route,
+                partition,
+                request_id.as_ref(),
+                &body,
+                |counting| self.count_small(counting),
+            )
             .await;
-        d.count_time = started.elapsed();
-        let verdict = conclude(d, &value, counted?, limit, body.len())?;
-        self.core.check_sample(d, counter, sampled);
-        Ok(verdict)
+        Outcome::decided(record, verdict)
     }
 
     /// Counts a small body's units: by their upper bounds on the spot when
     /// that decides them (everyday traffic), else exactly on the pool.
-    async fn count_small(
-        &self,
-        counter: Arc<ModelCounter>,
-        units: Vec<Unit>,
-        limit: usize,
-        partition: Partition,
-    ) -> Result<Vec<Counted>, Reason> {
-        let mut policy = self.core.policy(&counter, limit, partition);
+    async fn count_small(&self, counting: Counting) -> Result<Vec<Counted>, Reason> {
+        let Counting {
+            counter,
+            units,
+            mut policy,
+            limit,
+        } = counting;
         // Token ids and embeddings need no tokenizer: no reason to queue them.
         if units
             .iter()
@@ -288,44 +261,109 @@ impl Guard {
     /// time from admission to verdict: queueing and parsing included.
     async fn check_on_pool(
         &self,
+        record: Record,
         route: Route,
         partition: Partition,
         request_id: Option<Arc<str>>,
         body: Bytes,
-    ) -> Decision {
+    ) -> Outcome<Bytes> {
         let started = Instant::now();
         let core = self.core.clone();
-        let mut d = self
+        let clock = self.core.clock;
+        // The thread fills in its own copy: a shed request never reaches it,
+        // and is recorded on `record`.
+        let mut on_thread = record.clone();
+        let decided = self
             .pool
             .run(move || {
-                let mut d = Decision::new(route);
-                d.request_id = request_id;
-                d.verdict = core.decide_here(&mut d, partition, &body);
-                d
+                let verdict = core.decide(
+                    &mut on_thread,
+                    route,
+                    partition,
+                    request_id.as_ref(),
+                    &body,
+                    |mut c| {
+                        // A body this many times the limit in bytes has a
+                        // prompt whose byte bound is over the limit: trying
+                        // the bound first would only render its template
+                        // twice. Which sound method runs is all this decides.
+                        c.policy.exact_only |=
+                            body.len() / BOUND_HOPELESS_BYTES_PER_TOKEN >= c.limit;
+                        std::future::ready(count_units(&c.counter, &c.units, &c.policy, clock))
+                    },
+                );
+                // Its counting step is synchronous, so the decision is done
+                // at the first poll: this thread needs no executor.
+                let verdict = verdict
+                    .now_or_never()
+                    .expect("a decision counted on its own thread never waits");
+                (on_thread, verdict)
             })
-            .await
-            .unwrap_or_else(|shed| {
-                let mut d = Decision::new(route);
-                // Shed before parsing: the model is known only when there
-                // is one (`Core::select`), as the metrics' label.
-                if let [only] = &*self.core.models {
-                    d.model = Some(only.clone());
-                }
-                d.verdict = Err(shed);
-                d
-            });
-        d.count_time = started.elapsed();
-        d
+            .await;
+        let (mut record, verdict) = decided.unwrap_or_else(|shed| {
+            let mut record = record;
+            // Shed before parsing: the model is known only when there
+            // is one (`Core::select`), as the metrics' label.
+            if let [only] = &*self.core.models {
+                record.model = Some(only.clone());
+            }
+            (record, Err(shed))
+        });
+        record.count_time = Some(started.elapsed());
+        Outcome::decided(record, verdict)
     }
 }
 
 impl Core {
+    /// The decision on one inspected body, in the one order every body
+    /// takes: parse, extract and find the model's profile ([`Self::inspect`]);
+    /// pick it for a sampled check or not; count; apply the limit
+    /// ([`conclude`]); hand an allowed sample to the checker. Only where the
+    /// units are counted differs between a small body and a large one, so
+    /// that step is the caller's (`count`): on the event loop by their bound,
+    /// else on the pool (`Guard::count_small`), or right on the counting
+    /// thread a large body is decided on (`Guard::check_on_pool`).
+    async fn decide<F, Fut>(
+        &self,
+        record: &mut Record,
+        route: Route,
+        partition: Partition,
+        request_id: Option<&Arc<str>>,
+        body: &[u8],
+        count: F,
+    ) -> Result<Bytes, Reason>
+    where
+        F: FnOnce(Counting) -> Fut,
+        Fut: Future<Output = Result<Vec<Counted>, Reason>>,
+    {
+        let Inspected {
+            value,
+            units,
+            counter,
+            limit,
+        } = self.inspect(record, route, body)?;
+        let sampled = self.sample(&units);
+        let policy = self.policy(&counter, limit, partition);
+        let started = Instant::now();
+        let counted = count(Counting {
+            counter: counter.clone(),
+            units,
+            policy,
+            limit,
+        })
+        .await;
+        record.count_time = Some(started.elapsed());
+        let verdict = conclude(record, &value, counted?, limit, body.len())?;
+        self.check_sample(record, counter, sampled, request_id);
+        Ok(verdict)
+    }
+
     /// Parses the body, extracts its prompt units and finds its model and limit.
-    fn inspect(&self, d: &mut Decision, body: &[u8]) -> Result<Inspected, Reason> {
+    fn inspect(&self, record: &mut Record, route: Route, body: &[u8]) -> Result<Inspected, Reason> {
         let value = Arc::new(json::parse_strict(body)?);
-        let request = inspect::extract(d.route, value.clone())?;
+        let request = inspect::extract(route, value.clone())?;
         let model = self.select(request.model.as_deref())?;
-        d.model = Some(model.to_string());
+        record.model = Some(model.to_string());
         // One snapshot of the profile decides the whole request.
         let profile = self
             .profiles
@@ -340,8 +378,8 @@ impl Core {
         let limit = profile
             .limit
             .ok_or_else(|| Reason::LimitUnknown(model.to_string()))?;
-        d.limit = Some(limit);
-        let units = counter.server_units(d.route, &value, request.units)?;
+        record.limit = Some(limit);
+        let units = counter.server_units(route, &value, request.units)?;
         Ok(Inspected {
             value,
             units,
@@ -364,31 +402,6 @@ impl Core {
         }
     }
 
-    /// The whole decision, synchronously: for a counting thread.
-    fn decide_here(
-        &self,
-        d: &mut Decision,
-        partition: Partition,
-        body: &[u8],
-    ) -> Result<Bytes, Reason> {
-        let Inspected {
-            value,
-            units,
-            counter,
-            limit,
-        } = self.inspect(d, body)?;
-        let sampled = self.sample(&units);
-        let mut policy = self.policy(&counter, limit, partition);
-        // A body this many times the limit in bytes has a prompt whose byte
-        // bound is over the limit: trying the bound first would only render
-        // its template twice. Which sound method runs is all this decides.
-        policy.exact_only |= body.len() / BOUND_HOPELESS_BYTES_PER_TOKEN >= limit;
-        let counts = count_units(&counter, &units, &policy, self.clock)?;
-        let verdict = conclude(d, &value, counts, limit, body.len())?;
-        self.check_sample(d, counter, sampled);
-        Ok(verdict)
-    }
-
     /// The units of a request picked for a sampled count check, if it is one.
     fn sample(&self, units: &[Unit]) -> Option<Vec<Unit>> {
         self.sampler
@@ -398,9 +411,15 @@ impl Core {
     }
 
     /// Hands an allowed, sampled request to the checker (off the request path).
-    fn check_sample(&self, d: &Decision, counter: Arc<ModelCounter>, sampled: Option<Vec<Unit>>) {
-        if let (Some(sampler), Some(units), Some(model)) = (&self.sampler, sampled, &d.model) {
-            sampler.check(model, counter, units, d.request_id.clone());
+    fn check_sample(
+        &self,
+        record: &Record,
+        counter: Arc<ModelCounter>,
+        sampled: Option<Vec<Unit>>,
+        request_id: Option<&Arc<str>>,
+    ) {
+        if let (Some(sampler), Some(units), Some(model)) = (&self.sampler, sampled, &record.model) {
+            sampler.check(model, counter, units, request_id.cloned());
         }
     }
 
@@ -422,47 +441,30 @@ impl Core {
     }
 }
 
-impl Decision {
-    fn new(route: Route) -> Self {
-        Self {
-            route,
-            model: None,
-            tokens: None,
-            upper_bound: None,
-            method: None,
-            unit_tokens: Vec::new(),
-            limit: None,
-            count_time: Duration::ZERO,
-            verdict: Err(Reason::Internal("undecided".into())),
-            request_id: None,
-        }
-    }
-}
-
 /// Applies the limit to the counts and, when every unit fits, returns the
 /// canonical body to forward. Fills what the metrics and the log report.
 fn conclude(
-    d: &mut Decision,
+    record: &mut Record,
     value: &serde_json::Value,
     counts: Vec<Counted>,
     limit: usize,
     body_len: usize,
 ) -> Result<Bytes, Reason> {
     let method = overall_method(&counts);
-    d.method = Some(method);
+    record.count_method = Some(method);
     let largest = counts.iter().map(|c| c.tokens).max();
     // A bound is not a count: metrics and logs get no token number then.
     if method == CountMethod::Bound {
-        d.upper_bound = largest;
+        record.upper_bound = largest;
     } else {
-        d.tokens = largest;
+        record.tokens = largest;
     }
     // Counting stops at the first unit that does not fit; report that one.
     if let Some(last) = counts.last() {
         if !policy::fits(last.tokens, limit) {
-            d.tokens = Some(last.tokens);
-            d.upper_bound = None;
-            d.method = Some(last.method);
+            record.tokens = Some(last.tokens);
+            record.upper_bound = None;
+            record.count_method = Some(last.method);
             let tokens = last.tokens;
             return Err(match last.method {
                 CountMethod::EarlyExit => Reason::TooLongAtLeast { tokens, limit },
@@ -470,12 +472,11 @@ fn conclude(
             });
         }
     }
-    d.unit_tokens = counts.iter().map(|c| c.tokens).collect();
     Ok(json::canonical(value, body_len))
 }
 
 /// From this many body bytes per token of the limit, a large body is
-/// counted exactly without trying its upper bound first (`decide_here`).
+/// counted exactly without trying its upper bound first (`check_on_pool`).
 const BOUND_HOPELESS_BYTES_PER_TOKEN: usize = 2;
 
 /// Bodies up to this size are parsed and bounded on the event loop that

@@ -12,15 +12,17 @@
 //!    path → allowlist or route table → header checks;
 //! 2. the body-level step, [`Gate::check_body`]: size cap → [`Guard::check`]
 //!    (`guard.rs`: `Content-Type`, parse, extract, count on the bounded
-//!    counting pool of `pool.rs`, apply the limit).
+//!    counting pool of `pool.rs`, apply the limit; in one order, whether
+//!    the body is decided on the event loop or whole on a counting thread).
 //!
 //! [`Gate::decide`] runs both for adapters that receive the whole request.
 //!
 //! What a request did travels one way, with the verdict: each step returns
 //! an [`Outcome`], the request's one [`Record`] with the step's result or
 //! its [`Reason`](crate::errors::Reason). `classify` starts the Record;
-//! `check_body` takes it by value and returns it with what counting found,
-//! and `allowed` once it admits. Only the core admits (`check_body`, or
+//! `check_body` takes it by value and hands it to the [`Guard`], which
+//! returns it with what counting found, and `allowed` once it admits. Only
+//! the core admits (`check_body`, or
 //! [`Gate::admit_unread`] for a pass-through route ext_proc lets by at the
 //! headers); the adapter refuses with [`Outcome::refused`] on the Record it
 //! last got back, or a fresh one ([`Record::new`]) before the core has seen
@@ -47,7 +49,7 @@ use crate::inspect::allow::AllowList;
 use crate::route::Route;
 
 pub use denial::{external_status, Denial, DENIAL_CONTENT_TYPE};
-pub use guard::{count_units, Decision, Guard, INLINE_MAX_BYTES};
+pub use guard::{count_units, Guard, INLINE_MAX_BYTES};
 pub use record::{observe, Outcome, Record, OTHER_ROUTE};
 pub use request::X_ENVOY_AUTH_PARTIAL_BODY;
 

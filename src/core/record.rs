@@ -10,7 +10,7 @@ use super::Mode;
 use crate::count::CountMethod;
 use crate::errors::Reason;
 use crate::logging::{self, DecisionLine};
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::route::Route;
 
 /// What one request did, for its metrics and its decision-log line.
@@ -29,11 +29,25 @@ pub struct Record {
     pub route: Option<Route>,
     /// An admitted pass-through route's canonical path (one of a fixed few).
     pub pass_through: Option<String>,
+    /// The served model the request was counted with, once known.
     pub model: Option<String>,
+    /// The largest unit's token count, when counting got that far. For a
+    /// refused batch this is the first unit that did not fit. Exact, or with
+    /// `count_method == EarlyExit` a lower bound at or above the limit;
+    /// `None` when the request was accepted by its upper bound.
     pub tokens: Option<usize>,
+    /// With `count_method == Bound`: the largest unit's upper bound (below
+    /// the limit). The prompt was not tokenized, so it is no count: neither
+    /// the metrics nor the log report it.
+    pub upper_bound: Option<usize>,
     pub limit: Option<usize>,
+    /// Time spent counting (queueing for a counting thread included; for a
+    /// body decided whole on a counting thread, parsing too); `None` when
+    /// counting never started.
     pub count_time: Option<Duration>,
-    /// How the count decided (exact, by upper bound, or stopped at the limit).
+    /// How the count decided: `EarlyExit` if the refusing unit stopped
+    /// early, else `Bound` if any unit was decided by its bound, else
+    /// `Exact`. `None` when counting did not run to a verdict.
     pub count_method: Option<CountMethod>,
     /// The guard let the request through; any later failure is the upstream's.
     pub allowed: bool,
@@ -84,6 +98,14 @@ impl<T> Outcome<T> {
             verdict: Ok(admit),
         }
     }
+
+    /// The core's verdict, admitted or refused (the core's steps only).
+    pub(super) fn decided(record: Record, verdict: Result<T, Reason>) -> Self {
+        match verdict {
+            Ok(admit) => Self::admitted(record, admit),
+            Err(reason) => Self::refused(record, reason),
+        }
+    }
 }
 
 /// The `route` label of requests whose target is not a known route.
@@ -97,11 +119,21 @@ impl Record {
             pass_through: None,
             model: None,
             tokens: None,
+            upper_bound: None,
             limit: None,
             count_time: None,
             count_method: None,
             allowed: false,
             upstream: None,
+        }
+    }
+
+    /// The `decision` label and log field: `allowed` or `refused`.
+    pub fn decision(&self) -> &'static str {
+        if self.allowed {
+            "allowed"
+        } else {
+            "refused"
         }
     }
 
@@ -131,15 +163,11 @@ pub fn observe(
     let mode = rec.mode.label();
     let route = rec.route_label();
     let model = rec.model.as_deref().unwrap_or("");
-    let decision = if rec.allowed {
-        metrics::Decision::Allowed
-    } else {
-        metrics::Decision::Refused
-    };
-    m.request(mode, route, model, decision);
-    match (decision, reason) {
-        (metrics::Decision::Refused, Some(r)) => m.rejection(mode, route, model, r.label()),
-        (metrics::Decision::Allowed, Some(r)) => m.upstream_error(route, model, r.label()),
+    m.request(mode, route, model, rec.decision());
+    match (rec.allowed, reason) {
+        (false, Some(r)) => m.rejection(mode, route, model, r.label()),
+        // Allowed, then failed: the upstream's failure, not a refusal.
+        (true, Some(r)) => m.upstream_error(route, model, r.label()),
         _ => {}
     }
     if let Some(tokens) = rec.tokens {
@@ -169,7 +197,7 @@ pub fn observe(
         tokens: rec.tokens,
         count_method: rec.count_method.map(CountMethod::label),
         limit: rec.limit,
-        decision: if rec.allowed { "allowed" } else { "refused" },
+        decision: rec.decision(),
         reason: reason.map(Reason::label),
         status: status.as_u16(),
         upstream_status: rec.upstream.map(|(s, _)| s.as_u16()),

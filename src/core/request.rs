@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
 
-use super::{Admit, Decision, Gate, Head, Mode, Outcome, Record};
+use super::{Admit, Gate, Head, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::{path, routes, Route, RouteClass};
 
@@ -78,31 +78,10 @@ impl Gate {
                     .get("x-request-id")
                     .and_then(|v| v.to_str().ok())
                     .map(Arc::from);
-                let Decision {
-                    model,
-                    tokens,
-                    limit,
-                    method,
-                    count_time,
-                    verdict,
-                    ..
-                } = self
-                    .guard
-                    .check(route, content_type, partition, request_id, body)
-                    .await;
-                let record = Record {
-                    model,
-                    tokens,
-                    limit,
-                    count_method: method,
-                    // No time when counting never started (refused before).
-                    count_time: (tokens.is_some() || !count_time.is_zero()).then_some(count_time),
-                    ..record
-                };
-                match verdict {
-                    Ok(body) => Outcome::admitted(record, Admit::Inspected { route, body }),
-                    Err(reason) => Outcome::refused(record, reason),
-                }
+                self.guard
+                    .check(record, route, content_type, partition, request_id, body)
+                    .await
+                    .map(|body| Admit::Inspected { route, body })
             }
             RouteClass::PassThrough(path) => {
                 let record = passed(record, path.clone());

@@ -36,14 +36,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
 use http_body_util::Full;
 use hyper::body::Incoming;
 
-use crate::app::App;
+use crate::app::{App, Arrival, Received};
 use crate::config::AuthzStyle;
-use crate::conn::framing;
-use crate::core::{self, Denial, Head, Mode, Outcome, Record};
+use crate::core::{self, Denial, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::RouteClass;
 use crate::proxy::headers::X_REQUEST_ID;
@@ -64,60 +62,43 @@ pub async fn handle(
 ) -> Response<Full<Bytes>> {
     let _in_flight = app.metrics.in_flight();
     let started = Instant::now();
-    let mut body_pending = !req.body().is_end_stream();
     // Until the original method is known, the log names the check's own.
-    let mut method = req.method().to_string();
-    let Outcome { record, verdict } = check(app, req, &mut body_pending, &mut method).await;
+    let mut arrival = Arrival::of(&req);
+    let Outcome { record, verdict } = check(app, req, &mut arrival).await;
     let response = match &verdict {
         Ok(_) => allow(&record),
-        Err(reason) => deny(reason, &record, body_pending, &request_id),
+        Err(reason) => deny(reason, &record, arrival.body_pending, &request_id),
     };
     core::observe(
         &app.metrics,
         &record,
         verdict.as_ref().err(),
         request_id.to_str().unwrap_or_default(),
-        &method,
+        arrival.method.as_str(),
         response.status(),
         started.elapsed(),
     );
     response
 }
 
-async fn check(
-    app: &App,
-    req: Request<Incoming>,
-    body_pending: &mut bool,
-    method_label: &mut String,
-) -> Outcome<()> {
-    // The check request's own framing is judged as the proxy judges a
-    // client's: ambiguous framing is refused and the connection closed.
-    let reported = framing::check_verdict(&req)
-        .and_then(|()| framing::check_headers(req.version(), req.headers()))
-        .and_then(|()| original(app, &req));
-    let (method, target) = match reported {
-        Ok(reported) => reported,
-        Err(reason) => return Outcome::refused(Record::new(Mode::ExtAuthzHttp), reason),
-    };
-    *method_label = method.to_string();
-    let head = Head {
-        method: &method,
-        target: &target,
-        headers: req.headers(),
-    };
-    let Outcome { record, verdict } = app.gate.classify(&head, Mode::ExtAuthzHttp);
-    let class = match verdict {
-        Ok(class) => class,
+/// A check request through the preamble every HTTP adapter shares
+/// (`App::receive`), which judges its own framing as the proxy judges a
+/// client's: ambiguous framing is refused and the connection closed.
+async fn check(app: &App, req: Request<Incoming>, arrival: &mut Arrival) -> Outcome<()> {
+    let Outcome { record, verdict } = app
+        .receive(req, Mode::ExtAuthzHttp, |req| original(app, req), arrival)
+        .await;
+    let Received {
+        class,
+        parts,
+        body,
+        reservation: _reservation,
+    } = match verdict {
+        Ok(received) => received,
         Err(reason) => return Outcome::refused(record, reason),
     };
-    let (parts, body) = req.into_parts();
-    let (body, _reservation) = match app.read_body(body).await {
-        Ok(read) => read,
-        Err(reason) => return Outcome::refused(record, reason),
-    };
-    *body_pending = false;
     if app.authz.style == AuthzStyle::Traefik {
-        if let Err(reason) = refuse_probe_with_body(&method, &class, &body) {
+        if let Err(reason) = refuse_probe_with_body(&arrival.method, &class, &body) {
             return Outcome::refused(record, reason);
         }
     }

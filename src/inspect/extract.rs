@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Route;
-use crate::count::{ollama, ChatApi, MediaItems, Piece, Unit};
+use crate::count::{ollama, py, ChatApi, MediaItems, Piece, Unit};
 use crate::errors::Reason;
 
 /// A request reduced to what counting needs.
@@ -488,19 +488,13 @@ fn score_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason
     }
 }
 
-/// pydantic's lax `bool` (`"yes"`, `"on"`, `1`, ...), refusing anything else.
+/// pydantic's lax `bool` (`"yes"`, `"on"`, `1`, ...), refusing anything
+/// else; absent or `null` is the field's default, `false`.
 fn lax_bool(v: Option<&Value>, field: &'static str) -> Result<bool, Reason> {
     match v {
         None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::Number(n)) if n.as_f64() == Some(1.0) => Ok(true),
-        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => Ok(false),
-        Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
-            "1" | "on" | "t" | "true" | "y" | "yes" => Ok(true),
-            "0" | "off" | "f" | "false" | "n" | "no" => Ok(false),
-            _ => Err(invalid(format!("`{field}` must be a boolean"), Some(field))),
-        },
-        Some(_) => Err(invalid(format!("`{field}` must be a boolean"), Some(field))),
+        Some(v) => py::lax_bool(v)
+            .ok_or_else(|| invalid(format!("`{field}` must be a boolean"), Some(field))),
     }
 }
 
@@ -528,7 +522,7 @@ fn vertex_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reaso
     let mut merged = serde_json::Map::new();
     if let Some(key) = ["text", "input_ids", "input_embeds"]
         .into_iter()
-        .find(|k| first.get(*k).is_some_and(truthy))
+        .find(|k| first.get(*k).is_some_and(py::truthy))
     {
         let values = instances
             .iter()
@@ -564,18 +558,6 @@ fn vertex_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reaso
         }
     }
     generate_units(&merged, true)
-}
-
-/// Python truthiness of a JSON value (`if instance.get(key):`).
-fn truthy(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod ceiling;
 pub mod discovery;
 pub mod pd;
 pub mod profile;
+pub mod sample;
 
 pub use profile::{NotServed, Profile, Profiles};
 

@@ -7,9 +7,10 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 
 use crate::app::App;
+use crate::conn::admission::Connections;
 use crate::metrics;
 
-pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
+pub fn handle<B>(app: &App, connections: &Connections, req: &Request<B>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -25,8 +26,11 @@ pub fn handle<B>(app: &App, req: &Request<B>) -> Response<Full<Bytes>> {
                 .unwrap_or_default();
             let mut r = text(
                 StatusCode::OK,
-                app.metrics
-                    .render_with_workers(&app.gate.guard.profiles().gauges(), &workers),
+                app.metrics.render_with_workers(
+                    &app.gate.guard.profiles().gauges(),
+                    &workers,
+                    &connections.open(),
+                ),
             );
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

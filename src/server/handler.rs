@@ -1,19 +1,17 @@
 //! One request on the proxy port, from arrival to response headers: the
 //! proxy adapter over the shared decision core (`crate::core`).
 
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
-use http::{request, Request, Response, Uri, Version};
-use http_body::Body as _;
+use http::{request, Method, Request, Response, Uri, Version};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
 use super::body::ResponseBody;
-use crate::app::App;
-use crate::core::{self, Admit, Denial, Head, Mode, Outcome, Record};
+use crate::app::{App, Arrival, Received};
+use crate::core::{self, Admit, Denial, Mode, Outcome, Record};
 use crate::errors::Reason;
 use crate::inspect::Route;
 use crate::metrics::InFlight;
@@ -24,9 +22,10 @@ use crate::proxy::Client;
 ///
 /// 1. in-flight accounting: first, so the gauge covers everything below and
 ///    a streamed answer until its last byte;
-/// 2. [`guard_and_forward`]: framing → the shared decision core
-///    (`Gate::classify`: canonical path → route class → header checks;
-///    capped body read; `Gate::check_body`: count and policy) → forward.
+/// 2. [`guard_and_forward`]: the HTTP adapters' preamble (`App::receive`:
+///    framing → `Gate::classify`: canonical path → route class → header
+///    checks → capped body read) → `Gate::check_body`: count and policy →
+///    forward.
 ///    Each step can refuse, and a refusal stops the request before a byte
 ///    reaches upstream;
 /// 3. the response: the upstream's, streamed, or a refusal built by
@@ -41,11 +40,14 @@ pub async fn handle(
 ) -> Response<ResponseBody> {
     let in_flight = app.metrics.in_flight();
     let started = Instant::now();
-    let method = req.method().clone();
-    let mut body_pending = !req.body().is_end_stream();
+    let mut arrival = Arrival::of(&req);
 
     let Outcome { record, verdict } =
-        guard_and_forward(app, client, &request_id, req, &mut body_pending).await;
+        guard_and_forward(app, client, &request_id, req, &mut arrival).await;
+    let Arrival {
+        method,
+        body_pending,
+    } = arrival;
     let (response, reason) = match verdict {
         Ok(upstream) if app.rewrite_models_max_len && is_model_listing(&record, &method) => {
             let upstream = super::models::clamp_listing(app, upstream).await;
@@ -93,43 +95,27 @@ fn is_model_listing(record: &Record, method: &http::Method) -> bool {
 /// The upstream's answer, or why there is none, with the request's Record:
 /// the core's, with the upstream's status and time added once it answered.
 /// An error after the guard admitted the request is the upstream's
-/// (`record.allowed`). `body_pending`: part of the request body is still
-/// unread on the connection (cleared once it has been read).
+/// (`record.allowed`).
 async fn guard_and_forward(
     app: &App,
     client: Client,
     request_id: &HeaderValue,
     req: Request<Incoming>,
-    body_pending: &mut bool,
+    arrival: &mut Arrival,
 ) -> Outcome<Response<Incoming>> {
-    // Framing first: a request whose framing is ambiguous is refused whatever
-    // its route, and its connection closed (`crate::conn::framing`).
-    let framing = crate::conn::framing::check_verdict(&req)
-        .and_then(|()| crate::conn::framing::check_headers(req.version(), req.headers()));
-    if let Err(reason) = framing {
-        return Outcome::refused(Record::new(Mode::Proxy), reason);
-    }
-    let target = request_target(&req);
-    let head = Head {
-        method: req.method(),
-        target: &target,
-        headers: req.headers(),
-    };
-    let Outcome { record, verdict } = app.gate.classify(&head, Mode::Proxy);
-    let class = match verdict {
-        Ok(class) => class,
+    let Outcome { record, verdict } = app.receive(req, Mode::Proxy, request_target, arrival).await;
+    // The reservation is held until the upstream has answered, so the
+    // budget counts this body while the guard and the forwarding hold it.
+    let Received {
+        class,
+        mut parts,
+        body,
+        reservation: _reservation,
+    } = match verdict {
+        Ok(received) => received,
         Err(reason) => return Outcome::refused(record, reason),
     };
-    let query = req.uri().query().map(str::to_string);
-    drop(target);
-    let (mut parts, body) = req.into_parts();
-    // Held until the upstream has answered, so the budget counts this body
-    // while the guard and the forwarding hold it.
-    let (body, _reservation) = match app.read_body(body).await {
-        Ok(read) => read,
-        Err(reason) => return Outcome::refused(record, reason),
-    };
-    *body_pending = false;
+    let query = parts.uri.query().map(str::to_string);
     // The id this request is known by upstream and in the logs, for the
     // decision core's own lines (a sampled count check) too.
     parts
@@ -198,14 +184,16 @@ struct Checked {
     body_len: Option<usize>,
 }
 
-/// The target as a client wrote it. HTTP/2 always carries scheme and authority
-/// (pseudo-headers), which hyper puts in the URI; only HTTP/1's absolute-form
-/// target, which a reverse proxy has no reason to receive, is refused for them.
-fn request_target<B>(req: &Request<B>) -> Cow<'_, Uri> {
-    match (req.version(), req.uri().path_and_query()) {
-        (Version::HTTP_2, Some(pq)) => Cow::Owned(Uri::from(pq.clone())),
-        _ => Cow::Borrowed(req.uri()),
-    }
+/// The method and target as a client wrote them. HTTP/2 always carries
+/// scheme and authority (pseudo-headers), which hyper puts in the URI; only
+/// HTTP/1's absolute-form target, which a reverse proxy has no reason to
+/// receive, is refused for them.
+fn request_target<B>(req: &Request<B>) -> Result<(Method, Uri), Reason> {
+    let target = match (req.version(), req.uri().path_and_query()) {
+        (Version::HTTP_2, Some(pq)) => Uri::from(pq.clone()),
+        _ => req.uri().clone(),
+    };
+    Ok((req.method().clone(), target))
 }
 
 /// Sends the checked request upstream; returns its answer with the time to

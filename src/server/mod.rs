@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::app::Apps;
+use crate::conn::admission::{Connections, LISTENERS};
 use crate::conn::{self, framing};
 use crate::proxy::Client;
 use crate::reload::Runtime;
@@ -69,13 +70,21 @@ pub async fn serve(
     let listen = proxy.local_addr()?;
     // One signal stops every listener and event loop; they drain together.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let loops = ProxyLoops::start(&proxy, config.io_threads, runtime.apps(), &stopped)?;
+    // Held here, not in the `App`: a reload must not forget who is connected.
+    let connections = Arc::new(Connections::default());
+    if authz.is_some() {
+        connections.authz_bound();
+    }
+    let loops = ProxyLoops::start(
+        &proxy,
+        config.io_threads,
+        runtime.apps(),
+        &connections,
+        &stopped,
+    )?;
     drop(proxy);
     let grpc_addr = grpc.as_ref().map(TcpListener::local_addr).transpose()?;
     let authz_addr = authz.as_ref().map(TcpListener::local_addr).transpose()?;
-    if authz.is_some() {
-        runtime.current().metrics.connections.authz_bound();
-    }
     tracing::info!(
         listen = %listen,
         admin_listen = %admin.local_addr()?,
@@ -99,7 +108,7 @@ pub async fn serve(
         shutdown.await;
         let _ = stop.send(true);
     };
-    let served = run_listeners(admin, authz, runtime.apps(), signal).await;
+    let served = run_listeners(admin, authz, runtime.apps(), connections, signal).await;
     loops.join().await;
     if let Some(grpc) = grpc {
         // Streams still open after the grace are dropped with the process.
@@ -121,6 +130,7 @@ async fn run_listeners(
     admin: TcpListener,
     authz: Option<TcpListener>,
     apps: Arc<Apps>,
+    connections: Arc<Connections>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let graceful = GracefulShutdown::new();
@@ -128,6 +138,7 @@ async fn run_listeners(
     let (mut admin_conns, mut authz_conns) = (JoinSet::new(), JoinSet::new());
     let admin_apps = apps.clone();
     let authz_apps = apps.clone();
+    let admin_connections = connections.clone();
     let authz_accept = async {
         match &authz {
             Some(l) => {
@@ -139,6 +150,7 @@ async fn run_listeners(
                     Some(Limited {
                         listener: AUTHZ,
                         apps: apps.clone(),
+                        connections: connections.clone(),
                     }),
                     move |_, framing, activity| {
                         authz_service(authz_apps.clone(), framing, activity)
@@ -150,7 +162,7 @@ async fn run_listeners(
         }
     };
     tokio::select! {
-        () = accept(&admin, &admin_builder, &graceful, &mut admin_conns, None, move |_, _, _| admin_service(admin_apps.clone())) => {}
+        () = accept(&admin, &admin_builder, &graceful, &mut admin_conns, None, move |_, _, _| admin_service(admin_apps.clone(), admin_connections.clone())) => {}
         () = authz_accept => {}
         () = shutdown => tracing::info!("shutting down: no new connections, draining in-flight requests"),
     }
@@ -179,6 +191,7 @@ impl ProxyLoops {
         listener: &std::net::TcpListener,
         count: usize,
         apps: Arc<Apps>,
+        connections: &Arc<Connections>,
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
         let (release, released) = tokio::sync::watch::channel(false);
@@ -192,6 +205,7 @@ impl ProxyLoops {
         for n in 1..=count {
             let listener = listener.try_clone()?;
             let (apps, stopped, released) = (apps.clone(), stop.clone(), released.clone());
+            let connections = connections.clone();
             let dispatch = dispatch.clone();
             let (done, drained) = tokio::sync::oneshot::channel();
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -202,7 +216,14 @@ impl ProxyLoops {
                 .spawn(move || {
                     crate::proxy::set_event_loop(n);
                     tracing::dispatcher::with_default(&dispatch, || {
-                        runtime.block_on(proxy_loop(listener, apps, stopped, done, released))
+                        runtime.block_on(proxy_loop(
+                            listener,
+                            apps,
+                            connections,
+                            stopped,
+                            done,
+                            released,
+                        ))
                     });
                 })?;
             loops.drained.push(drained);
@@ -229,6 +250,7 @@ impl ProxyLoops {
 async fn proxy_loop(
     listener: std::net::TcpListener,
     apps: Arc<Apps>,
+    connections: Arc<Connections>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
     drained: tokio::sync::oneshot::Sender<()>,
     mut released: tokio::sync::watch::Receiver<bool>,
@@ -240,6 +262,7 @@ async fn proxy_loop(
             let limited = Limited {
                 listener: PROXY,
                 apps: apps.clone(),
+                connections,
             };
             let mut conns = JoinSet::new();
             let serving = apps.clone();
@@ -288,9 +311,10 @@ fn connection_builder(watched: bool) -> auto::Builder<TokioExecutor> {
 /// port has neither: probes and scrapes must get through whatever clients do).
 #[derive(Clone)]
 struct Limited {
-    /// An index into `metrics::LISTENERS`.
+    /// An index into `conn::admission::LISTENERS`.
     listener: usize,
     apps: Arc<Apps>,
+    connections: Arc<Connections>,
 }
 
 const PROXY: usize = 0;
@@ -324,7 +348,7 @@ async fn accept<S, B>(
                         Some(l) => {
                             let app = l.apps.load();
                             let limits = app.client;
-                            let admitted = app.metrics.connections.admit(
+                            let admitted = l.connections.admit(
                                 l.listener,
                                 peer.ip(),
                                 limits.max_connections,
@@ -334,7 +358,7 @@ async fn accept<S, B>(
                                 Ok(slot) => Some((slot, limits, app.metrics.clone(), l.listener)),
                                 Err(reason) => {
                                     app.metrics
-                                        .connection_refused(crate::metrics::LISTENERS[l.listener], reason);
+                                        .connection_refused(LISTENERS[l.listener], reason);
                                     tracing::debug!(%peer, reason, "connection refused at accept");
                                     drop(stream);
                                     continue;
@@ -359,7 +383,7 @@ async fn accept<S, B>(
                                     ended = conn => ended,
                                     phase = conn::watchdog(activity, framing, limits) => {
                                         // Dropping the connection closes it.
-                                        metrics.client_timeout(crate::metrics::LISTENERS[listener], phase.label());
+                                        metrics.client_timeout(LISTENERS[listener], phase.label());
                                         tracing::debug!(%peer, phase = phase.label(), "client too slow: connection closed");
                                         Ok(())
                                     }
@@ -446,6 +470,7 @@ fn authz_service(
 
 fn admin_service(
     apps: Arc<Apps>,
+    connections: Arc<Connections>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = FullResponse,
@@ -454,6 +479,7 @@ fn admin_service(
 > + Send {
     service_fn(move |req| {
         let app = apps.load_full();
-        async move { Ok(admin::handle(&app, &req)) }
+        let connections = connections.clone();
+        async move { Ok(admin::handle(&app, &connections, &req)) }
     })
 }

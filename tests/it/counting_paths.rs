@@ -6,6 +6,7 @@ use crate::common;
 
 use bytes::Bytes;
 use common::{demo_guard, sample, start, words, Options, MODEL};
+use prefill_guard::core::{Mode, Record};
 use prefill_guard::count::CountMethod;
 use prefill_guard::inspect::Route;
 use serde_json::json;
@@ -87,6 +88,7 @@ async fn exact_counting_never_decides_by_the_bound() {
         let guard = demo_guard(dir.path(), Some(50)).with_exact_counting(exact);
         let d = guard
             .check(
+                Record::new(Mode::Proxy),
                 Route::Generate,
                 Some(b"application/json"),
                 Default::default(),
@@ -95,8 +97,8 @@ async fn exact_counting_never_decides_by_the_bound() {
             )
             .await;
         assert!(d.verdict.is_ok());
-        assert_eq!(d.method, Some(method));
-        assert_eq!(d.tokens, tokens);
-        assert_eq!(d.upper_bound.is_some(), !exact);
+        assert_eq!(d.record.count_method, Some(method));
+        assert_eq!(d.record.tokens, tokens);
+        assert_eq!(d.record.upper_bound.is_some(), !exact);
     }
 }
