@@ -389,7 +389,8 @@ mod tests {
         assert_eq!(pool.rooms(), 0);
     }
 
-    #[tokio::test]
+    /// On a paused clock: the 10 ms wait for pages is virtual.
+    #[tokio::test(start_paused = true)]
     async fn reservations_wait_for_pages_and_give_up() {
         let pool = KvPool::new(2, 2, 0, T);
         let held = pool.reserve(1, 4, T).await.unwrap();

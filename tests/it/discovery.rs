@@ -6,11 +6,22 @@
 //!
 //! Discovery polls every 20 ms here; tests wait on conditions with a deadline
 //! (`eventually`), never on a fixed sleep.
+//!
+//! The tests that wait on discovery's own timers and nothing else (its
+//! retries, a 60 s interval) run on a paused clock (`common::clock`). Those
+//! that also send requests through the proxy port stay on the real clock:
+//! the port is served by event loops with runtimes and clocks of their own,
+//! and while a paused test waits for their answer its runtime finds nothing
+//! to do, so its clock would race through discovery rounds (and the admin
+//! port's 30 s idle-connection timer) hundreds of times faster than the
+//! real one, for nothing: a 20 ms interval costs these tests no real time
+//! worth saving.
 
 use crate::common;
 
 use serde_json::json;
 
+use common::clock;
 use common::live::{start_live, start_live_with_upstream, Live};
 use common::sglang::{eventually, models_listing, prefill_worker, InfoMock};
 use common::{ids, sample, MODEL};
@@ -357,9 +368,12 @@ async fn models_listing_without_numbers_gets_the_limit() {
 }
 
 /// Every new metric family, populated, passes `promtool check metrics`
-/// (skipped when promtool is missing, except under CI).
-#[tokio::test]
+/// (skipped when promtool is missing, except under CI). On a paused clock:
+/// the failed polls it waits for, the metrics and the reload are all on the
+/// test's runtime.
+#[tokio::test(start_paused = true)]
 async fn discovery_metrics_pass_promtool() {
+    let _ticking = clock::ticking();
     let w = InfoMock::start(prefill_worker(10)).await;
     let live = start_live(&workers(&[&w])).await;
     limit_becomes(&live, 10).await;
@@ -392,8 +406,12 @@ async fn discovery_metrics_pass_promtool() {
     common::promtool_check_metrics(&text);
 }
 
-#[tokio::test]
+/// On a paused clock (`common::clock`): what it times (discovery's retries
+/// and interval) and what it asks (the admin port, the worker) all run on
+/// the test's runtime, and it sends nothing through the proxy port.
+#[tokio::test(start_paused = true)]
 async fn a_worker_that_comes_up_late_is_read_within_seconds_not_an_interval() {
+    let _ticking = clock::ticking();
     let w = InfoMock::start(prefill_worker(10)).await;
     w.set(|a| a.fail_with = Some(503));
     // A 60 s interval: only the quick retries can make the guard ready in time.
@@ -405,7 +423,7 @@ async fn a_worker_that_comes_up_late_is_read_within_seconds_not_an_interval() {
     eventually("the first poll", || async { w.hits("/server_info") >= 1 }).await;
     assert_eq!(live.readyz().await, 503);
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    let up = std::time::Instant::now();
+    let up = tokio::time::Instant::now();
     w.set(|a| a.fail_with = None);
     eventually("the worker is read again", || async {
         live.limit() == Some(10)

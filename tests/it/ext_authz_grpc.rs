@@ -364,8 +364,12 @@ async fn health(addr: SocketAddr, service: &str) -> ServingStatus {
     ServingStatus::try_from(r.status).unwrap()
 }
 
-#[tokio::test]
+/// On a paused clock (`common::clock`): readiness is re-read every 500 ms by
+/// the gRPC listener, which runs on the test's runtime, as do the health
+/// checks; nothing here goes through the proxy port.
+#[tokio::test(start_paused = true)]
 async fn health_serves_every_service_name_and_readiness_follows_the_limits() {
+    let _ticking = common::clock::ticking();
     let (g, _) = guard(Options::default()).await;
     let addr = g.grpc.unwrap();
     for service in [

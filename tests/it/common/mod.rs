@@ -2,6 +2,7 @@
 //! SGLang, also on `127.0.0.1:0`.
 
 pub mod bodies;
+pub mod clock;
 pub mod corpus;
 pub mod envoy;
 pub mod live;

@@ -189,7 +189,9 @@ fn tokenize(body: &Value) -> Value {
 
 /// Waits until `check` holds, polling; fails the test after [`PATIENCE`].
 /// For conditions that follow from the guard's background work (discovery
-/// rounds), never a fixed sleep.
+/// rounds), never a fixed sleep. The deadline is real time, on a paused
+/// clock too (`common::clock`): it keeps a failing test from hanging and
+/// bounds nothing the test checks; the polls between are virtual.
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
