@@ -256,17 +256,16 @@ impl Build {
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
-        if let (Encoder::Dsv4 { .. }, ChatApi::Anthropic | ChatApi::Responses) =
-            (&self.encoder, api)
+        if matches!(api, ChatApi::Anthropic | ChatApi::Responses)
+            && !self.encoder.counts_converted_apis()
         {
-            // recipe reads the `ChatCompletionRequest` these routes build in
-            // Python (which fields count as set), which is not modelled.
             return Err(CountError::Unsupported(format!(
-                "{} on a DeepSeek-V4 model is not modelled by the guard; use /v1/chat/completions",
+                "{} through the model's `{}` encoder is not modelled by the guard; use /v1/chat/completions",
                 match api {
                     ChatApi::Anthropic => "/v1/messages",
                     _ => "/v1/responses",
-                }
+                },
+                self.encoder.name()
             )));
         }
         self.refuse_unmodelled_api(api)?;
@@ -438,11 +437,11 @@ impl Build {
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
         let messages = ollama::chat_messages(body)?;
-        if let Encoder::Glm53 { variant, .. } = &self.encoder {
+        if let Some(variant) = self.encoder.python_template() {
             // The Python template's installed `apply_chat_template`.
             let conversation = messages.as_array().map_or(&[][..], Vec::as_slice);
             let text = match glm53::apply_chat_template(
-                *variant,
+                variant,
                 conversation,
                 None,
                 true,

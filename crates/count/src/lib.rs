@@ -38,7 +38,7 @@ pub use serving::{ServerConfig, Unmodelled};
 pub use template::{ChatTemplate, ContentFormat, TemplateError};
 pub use tokenizer::{TextTokenizer, TokenizerClass, TokenizerConfig, Transformers};
 
-use encoder::{dsv32, dsv4, glm53};
+use encoder::{dsv4, Prompt};
 use preprocess::{ChatInputs, Prepared};
 use release::{ChatRules, Consulted, EffortVariable};
 use template::RenderContext;
@@ -283,12 +283,9 @@ fn options_for(
 ) -> preprocess::Options {
     preprocess::Options {
         media,
-        style: match encoder {
-            Encoder::Dsv32 => preprocess::MessageStyle::Dsv32,
-            _ => preprocess::MessageStyle::Template,
-        },
-        wire: matches!(encoder, Encoder::Dsv4 { .. }),
-        body_encoder: matches!(encoder, Encoder::DeepseekRelease(_)),
+        style: encoder.message_style(),
+        wire: encoder.reads_wire(),
+        body_encoder: encoder.reads_body(),
         low_effort_template: encoder.jinja().is_some_and(|j| {
             j.template.as_ref().is_ok_and(|(source, _)| {
                 source.contains("low_effort") && source.contains("truncate_history_thinking")
@@ -805,22 +802,15 @@ impl Build {
                 ),
             }]);
         }
-        if release < Release::V0523 {
-            let why = match &selected.encoder {
-                Encoder::Dsv4 { .. } => Some(
-                    "before 0.5.23 SGLang encodes DeepSeek-V4 with its own encoding_dsv4, not deepseek-recipe, and \
-                     counts fewer tokens than 0.5.23 for some requests (reasoning effort, text parts, response_format)",
-                ),
-                Encoder::Glm53 { .. } => Some("GLM-5.3's Python template is SGLang 0.5.23's"),
-                _ => None,
-            };
-            if let Some(why) = why {
+        if let Some((from, why)) = selected.encoder.modelled_from() {
+            if release < from {
                 return Err(vec![Unmodelled {
                     setting: "version",
                     value: release.range(),
                     why: format!(
-                        "{why}; the guard models this encoder for 0.5.23 and later (state sglang_version when \
-                         discovery is off)"
+                        "{why}; the guard models this encoder for {} and later (state sglang_version when \
+                         discovery is off)",
+                        from.first()
                     ),
                 }]);
             }
@@ -912,15 +902,9 @@ impl Build {
     /// `apply_chat_template`'s own parameters always count). Families that
     /// differ only in a variable the template never names then render once.
     fn same_prompt(&self, a: &Prepared, b: &Prepared) -> bool {
-        let source = match &self.encoder {
-            Encoder::Jinja(j) => j.template.as_ref().ok().map(|(s, _)| s.clone()),
-            Encoder::Glm53 { .. }
-            | Encoder::Dsv32
-            | Encoder::Dsv4 { .. }
-            | Encoder::DeepseekRelease(_) => None,
-        };
+        let source = self.encoder.kwargs_reader();
         let visible = |k: &str| {
-            source.as_deref().is_none_or(|s| s.contains(k))
+            source.is_none_or(|s| s.contains(k))
                 || preprocess::APPLY_CHAT_TEMPLATE_PARAMETERS.contains(&k)
         };
         let extras_agree = a
@@ -1077,11 +1061,12 @@ impl Build {
                  also counts the messages, which a worker behind sglang-router renders)",
             ));
         }
-        if let Encoder::Dsv4 { .. } = self.encoder {
-            let prompt = self.dsv4_prompt(&inputs)?;
-            return Ok(self.spell_pieces(&prompt));
-        }
-        Ok(self.chat_prompt(&inputs, clock)?.text)
+        Ok(match self.encoder.prompt(self, &inputs, clock)? {
+            Prompt::Text { text, .. } => text,
+            Prompt::Pieces { prompt, .. } => self.spell_pieces(&prompt),
+            // The first configuration's: the one a default server runs.
+            Prompt::Alternatives(mut texts) => texts.swap_remove(0).0,
+        })
     }
 
     /// What the release's `apply_chat_template` spreads from the tokenizer.
@@ -1141,7 +1126,7 @@ impl Build {
     fn prepare_chat(&self, body: &Arc<Value>, rules: &Consulted) -> Result<Prepared, CountError> {
         let mut inputs =
             preprocess::prepare_with(body, self.content_format(), self.chat_options(), rules)?;
-        if let Encoder::DeepseekRelease(_) = self.encoder {
+        if self.encoder.reads_body() {
             inputs.body = Some(body.clone());
         }
         Ok(inputs)
@@ -1194,31 +1179,30 @@ impl Build {
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
-        if let Encoder::Dsv4 { plain, .. } = &self.encoder {
-            // The adapter handles a trailing assistant turn itself.
-            let prompt = self.dsv4_prompt(inputs)?;
-            return self.count_pieces(ctx, &prompt, plain);
-        }
-        if let Encoder::DeepseekRelease(d) = &self.encoder {
-            // `tokenizer.encode(text)` (its BOS after the encoder's), then the
-            // `continue_final_message` prefix without a leading BOS; with
-            // several possible effort profiles, the longest.
-            let mut n = 0;
-            for (text, prefix) in self.deepseek_release_prompts(d, inputs)? {
-                let mut m = self.measure(ctx, &text, true)?;
-                if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
-                    m = m.saturating_add(self.measure_prefix(ctx, &prefix)?);
+        let mut n = match self.encoder.prompt(self, inputs, clock)? {
+            Prompt::Text {
+                text,
+                add_special_tokens,
+            } => self.measure(ctx, &text, add_special_tokens)?,
+            Prompt::Pieces { prompt, plain } => return self.count_pieces(ctx, &prompt, &plain),
+            Prompt::Alternatives(prompts) => {
+                // `tokenizer.encode(text)` (its BOS after the encoder's), then
+                // the `continue_final_message` prefix without a leading BOS;
+                // the longest.
+                let mut n = 0;
+                for (text, prefix) in prompts {
+                    let mut m = self.measure(ctx, &text, true)?;
+                    if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
+                        m = m.saturating_add(self.measure_prefix(ctx, &prefix)?);
+                    }
+                    n = n.max(m);
+                    if ctx.stopped.get() {
+                        break;
+                    }
                 }
-                n = n.max(m);
-                if ctx.stopped.get() {
-                    break;
-                }
+                return Ok(n);
             }
-            return Ok(n);
-        }
-        let prompt = self.chat_prompt(inputs, clock)?;
-        let mut n = self.measure(ctx, &prompt.text, prompt.add_special_tokens)?;
-        drop(prompt);
+        };
         // The multimodal opt-in: each admitted media part adds its configured bound.
         n = n.saturating_add(inputs.media_tokens);
         if let Some(prefix) = inputs.assistant_prefix.as_deref().filter(|p| !p.is_empty()) {
@@ -1226,179 +1210,6 @@ impl Build {
             n = n.saturating_add(self.measure_prefix(ctx, prefix)?);
         }
         Ok(n)
-    }
-
-    /// The prompt the model's encoder builds from the prepared inputs.
-    fn chat_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<ChatPrompt, CountError> {
-        match &self.encoder {
-            Encoder::Jinja(_) => self.jinja_prompt(inputs, clock),
-            Encoder::Glm53 { variant, .. } => {
-                let messages = inputs.messages.as_array().map_or(&[][..], Vec::as_slice);
-                let tools = inputs.tools.as_ref().and_then(Value::as_array);
-                let text = match glm53::render_segments(
-                    *variant,
-                    messages,
-                    tools.map(Vec::as_slice),
-                    true,
-                    &inputs.template_kwargs(self.rules.effort_variable),
-                )
-                .map_err(glm53_error)?
-                {
-                    // `encode_prompt_segments` gives the ids of the joined text.
-                    glm53::Prompt::Segments(segments) => segments.concat(),
-                    glm53::Prompt::Text(text) => text,
-                    glm53::Prompt::Jinja => return self.jinja_prompt(inputs, clock),
-                };
-                Ok(self.template_text(text))
-            }
-            Encoder::Dsv32 => self.dsv32_prompt(inputs),
-            Encoder::Dsv4 { .. } => Err(CountError::Unsupported(
-                "the DeepSeek-V4 prompt is counted as pieces, not text".into(),
-            )),
-            Encoder::DeepseekRelease(d) => {
-                let prompt = self.deepseek_release_prompts(d, inputs)?.swap_remove(0);
-                Ok(ChatPrompt {
-                    text: prompt.0,
-                    add_special_tokens: true,
-                })
-            }
-        }
-    }
-
-    /// `DeepSeekRecipeChatEncodingAdapter.encode_messages`.
-    fn dsv4_prompt(&self, inputs: &ChatInputs) -> Result<dsv4::Prompt, CountError> {
-        let Encoder::Dsv4 { encoder, .. } = &self.encoder else {
-            unreachable!("called on the dsv4 encoder only")
-        };
-        let wire = inputs
-            .wire
-            .as_ref()
-            .ok_or_else(|| CountError::Unsupported("no wire request was dumped".into()))?;
-        let tools = inputs.tools.as_ref().and_then(Value::as_array);
-        let request = dsv4::Request {
-            wire,
-            tools: tools.map(Vec::as_slice),
-            thinking: self.thinking_requested(inputs),
-            reasoning_effort: inputs.reasoning_effort.as_ref(),
-        };
-        let prompt = encoder.encode(&request).map_err(|e| match e {
-            dsv4::Dsv4Error::Rejected(m) => CountError::invalid(m),
-            dsv4::Dsv4Error::Unsupported(m) => CountError::Unsupported(format!(
-                "the DeepSeek-V4 encoder would build this prompt in a way the guard does not reproduce: {m}"
-            )),
-            e => CountError::Template(e.to_string()),
-        })?;
-        if prompt.images > 0 {
-            return Err(CountError::Unsupported(
-                "image parts on the DeepSeek-V4.1 encoder are not modelled by the guard".into(),
-            ));
-        }
-        Ok(prompt)
-    }
-
-    /// The prompt text and `continue_final_message` prefix a DeepSeek
-    /// encoder builds on a release before 0.5.23, from the request body
-    /// (each release's glue dumps the messages itself): one per effort
-    /// profile the server may use.
-    fn deepseek_release_prompts(
-        &self,
-        d: &encoder::DeepseekRelease,
-        inputs: &ChatInputs,
-    ) -> Result<Vec<(String, Option<String>)>, CountError> {
-        use encoder::deepseek_releases::DeepseekEncoder;
-        use encoder::{dsv32_serving, dsv41_sglang, dsv4_sglang};
-        let body = inputs
-            .body
-            .as_ref()
-            .ok_or_else(|| CountError::Unsupported("no request body was kept".into()))?;
-        let raw_messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
-        let raw_tools = body
-            .get("tools")
-            .and_then(Value::as_array)
-            .filter(|t| !t.is_empty());
-        let messages = dsv32_serving::message_dumps(d.version, raw_messages).map_err(dsv_error)?;
-        let tools = raw_tools.map(|t| dsv32_serving::tool_dumps(d.version, t));
-        let thinking = inputs.extra.get("thinking");
-        let default_thinking = self.server.env.default_thinking;
-        let continue_final_message = body
-            .get("continue_final_message")
-            .and_then(py::lax_bool)
-            .unwrap_or(false);
-        let tools_reach_template = inputs.tools.is_some();
-        let task = body.get("task").and_then(Value::as_str);
-        let prompts = match d.encoder {
-            DeepseekEncoder::Dsv32(serving) => {
-                let request = dsv32_serving::Dsv32Request {
-                    messages: &messages,
-                    tools: tools.as_deref(),
-                    tools_reach_template,
-                    thinking,
-                    default_thinking,
-                    continue_final_message,
-                };
-                let p = dsv32_serving::encode(serving, &request).map_err(dsv_error)?;
-                vec![(p.text, p.assistant_prefix)]
-            }
-            DeepseekEncoder::Dsv4(serving) => {
-                let profiles = if d.profiles.is_empty() {
-                    vec![dsv4_sglang::EffortProfile::Preview]
-                } else {
-                    d.profiles.clone()
-                };
-                let mut out = Vec::with_capacity(profiles.len());
-                for profile in profiles {
-                    let request = dsv4_sglang::Dsv4Request {
-                        messages: &messages,
-                        tools: tools.as_deref(),
-                        tools_reach_template,
-                        thinking,
-                        default_thinking,
-                        continue_final_message,
-                        reasoning_effort: inputs.reasoning_effort.as_ref(),
-                        env_effort: self.server.env.dsv4_reasoning_effort.as_deref(),
-                        task,
-                        profile,
-                    };
-                    let p = dsv4_sglang::encode(serving, &request).map_err(dsv_error)?;
-                    out.push((p.text, p.assistant_prefix));
-                }
-                out
-            }
-            DeepseekEncoder::Dsv41(serving) => {
-                let default_effort = d.dsv41_default_effort.as_ref().ok_or_else(|| {
-                    CountError::Unsupported("no DeepSeek-V4.1 default effort".into())
-                })?;
-                let request = dsv41_sglang::Dsv41Request {
-                    messages: &messages,
-                    tools: raw_tools.map(Vec::as_slice),
-                    tools_reach_template,
-                    thinking,
-                    default_thinking,
-                    continue_final_message,
-                    reasoning_effort: inputs.reasoning_effort.as_ref(),
-                    default_effort,
-                    task,
-                    multimodal: self.server.multimodal,
-                };
-                let p = dsv41_sglang::encode(serving, &request).map_err(dsv_error)?;
-                vec![(p.text, p.assistant_prefix)]
-            }
-            DeepseekEncoder::Recipe(_) => {
-                return Err(CountError::Unsupported(
-                    "deepseek-recipe runs from 0.5.23 on, through the dsv4 encoder".into(),
-                ))
-            }
-        };
-        Ok(prompts)
-    }
-
-    /// `_thinking_requested`: the `thinking` kwarg (server defaults merged
-    /// in), else `SGLANG_DEFAULT_THINKING`.
-    fn thinking_requested(&self, inputs: &ChatInputs) -> bool {
-        match inputs.extra.get("thinking") {
-            Some(v) => py::truthy(v),
-            None => self.server.env.default_thinking,
-        }
     }
 
     /// The prompt's length: one per special token, text runs measured (a
@@ -1466,65 +1277,6 @@ impl Build {
         out
     }
 
-    /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
-    /// non-empty, else the default (`True`, which then adds nothing).
-    fn template_text(&self, text: String) -> ChatPrompt {
-        let add_special_tokens = self.tokenizer().map_or(true, |t| !t.auto_adds_specials());
-        ChatPrompt {
-            text,
-            add_special_tokens,
-        }
-    }
-
-    fn jinja_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<ChatPrompt, CountError> {
-        Ok(self.template_text(self.render(inputs, clock)?))
-    }
-
-    /// The dsv32 branch of `_apply_jinja_template`: an empty system message
-    /// hosts the tools, the thinking mode comes from the request's
-    /// `thinking` kwarg (else `SGLANG_DEFAULT_THINKING`), and the text is
-    /// encoded with the default specials (its BOS text, then the
-    /// post-processor's BOS).
-    fn dsv32_prompt(&self, inputs: &ChatInputs) -> Result<ChatPrompt, CountError> {
-        let mut messages = inputs.messages.as_array().cloned().unwrap_or_default();
-        if messages.is_empty() {
-            // `messages[0]` raises IndexError in SGLang.
-            return Err(CountError::Template(
-                "IndexError: list index out of range".into(),
-            ));
-        }
-        if messages[0].get("role").and_then(Value::as_str) != Some("system") {
-            messages.insert(0, serde_json::json!({"role": "system", "content": ""}));
-        }
-        // `request.tools if tools else None`: every request tool, once any
-        // reaches the template.
-        let reaches = inputs.encoders_get_all_tools
-            || inputs
-                .tools
-                .as_ref()
-                .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty());
-        if let (true, Some(all)) = (reaches, &inputs.all_tools) {
-            messages[0]["tools"] = all.clone();
-        }
-        let mode = if self.thinking_requested(inputs) {
-            dsv32::ThinkingMode::Thinking
-        } else {
-            dsv32::ThinkingMode::Chat
-        };
-        let text = dsv32::encode_messages(&messages, mode).map_err(|e| {
-            if e.kind() == "Unmodelled" {
-                CountError::Unsupported(e.to_string())
-            } else {
-                CountError::Template(e.to_string())
-            }
-        })?;
-        Ok(ChatPrompt {
-            text,
-            add_special_tokens: true,
-        })
-    }
-
     /// `apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
     /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
     /// once with each tool flattened to its `function`, and reports the retry's error.
@@ -1554,33 +1306,37 @@ impl Build {
     }
 }
 
-/// A chat prompt as SGLang tokenizes it.
-struct ChatPrompt {
-    text: String,
-    add_special_tokens: bool,
-}
-
-/// SGLang answers a raised exception with an error (400 for `ValueError`,
-/// 500 otherwise); either way nothing is generated, and the guard refuses.
-fn glm53_error(e: glm53::Glm53Error) -> CountError {
-    match e {
-        glm53::Glm53Error::Raised { .. } => CountError::Template(e.to_string()),
-        glm53::Glm53Error::Unmodelled(why) => CountError::Unsupported(format!(
-            "the GLM-5.3 template would render this request in a way the guard does not reproduce: {why}"
-        )),
+/// The counter as an encoder sees it while building a prompt.
+impl encoder::Host for Build {
+    fn jinja_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<Prompt, CountError> {
+        Ok(self.template_text(self.render(inputs, clock)?))
     }
-}
 
-/// A release's DeepSeek glue raising is SGLang refusing the request; a path
-/// the port does not reproduce is the guard's refusal.
-fn dsv_error(e: encoder::dsv32::Dsv32Error) -> CountError {
-    if e.kind() == "Unmodelled" {
-        CountError::Unsupported(format!(
-            "the DeepSeek encoder of this SGLang release would build this prompt in a way the guard \
-             does not reproduce: {e}"
-        ))
-    } else {
-        CountError::Template(e.to_string())
+    /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
+    /// non-empty, else the default (`True`, which then adds nothing).
+    fn template_text(&self, text: String) -> Prompt {
+        let add_special_tokens = self.tokenizer().map_or(true, |t| !t.auto_adds_specials());
+        Prompt::Text {
+            text,
+            add_special_tokens,
+        }
+    }
+
+    /// `_thinking_requested`: the `thinking` kwarg (server defaults merged
+    /// in), else `SGLANG_DEFAULT_THINKING`.
+    fn thinking_requested(&self, inputs: &ChatInputs) -> bool {
+        match inputs.extra.get("thinking") {
+            Some(v) => py::truthy(v),
+            None => self.server.env.default_thinking,
+        }
+    }
+
+    fn effort_variable(&self) -> EffortVariable {
+        self.rules.effort_variable
+    }
+
+    fn server(&self) -> &ServerConfig {
+        &self.server
     }
 }
 

@@ -37,10 +37,188 @@
 //! `Err` whose `kind()` is `Unmodelled` is the guard's refusal; any other is
 //! SGLang's own failure (a refusal too).
 
-use super::dsv32_serving::Dsv32Serving;
+use serde_json::Value;
+
+use super::dsv32_serving::{self, Dsv32Serving};
 use super::dsv4::Spec;
-use super::dsv41_sglang::Dsv41Serving;
-use super::dsv4_sglang::Dsv4Serving;
+use super::dsv41_sglang::{self, Dsv41Serving};
+use super::dsv4_sglang::{self, Dsv4Serving};
+use super::{spec_name, ChatEncoder, Encoder, Host, Jinja, Prompt};
+use crate::preprocess::{ChatInputs, MessageStyle};
+use crate::release::Release;
+use crate::{py, Clock, CountError};
+
+/// [`Encoder::DeepseekRelease`]: which port, on which release, and the
+/// server facts it reads.
+#[derive(Debug, Clone)]
+pub struct DeepseekRelease {
+    pub encoder: DeepseekEncoder,
+    /// The release's `major.minor.patch` (post releases share their glue).
+    pub version: (u32, u32, u32),
+    /// DeepSeek-V4 0.5.18+: the effort profiles the server may use (one when
+    /// the checkpoint says which, both when the guard cannot see it).
+    pub profiles: Vec<dsv4_sglang::EffortProfile>,
+    /// DeepSeek-V4.1: `SGLANG_DSV41_REASONING_EFFORT` as SGLang reads it.
+    pub dsv41_default_effort: Option<dsv41_sglang::Effort>,
+}
+
+impl ChatEncoder for DeepseekRelease {
+    fn name(&self) -> &'static str {
+        match self.encoder {
+            DeepseekEncoder::Dsv32(_) => "dsv32",
+            DeepseekEncoder::Dsv4(_) => "dsv4",
+            DeepseekEncoder::Dsv41(_) => "dsv41",
+            DeepseekEncoder::Recipe(spec) => spec_name(spec),
+        }
+    }
+    fn jinja(&self) -> Option<&Jinja> {
+        None
+    }
+    fn kwargs_reader(&self) -> Option<&str> {
+        None
+    }
+    fn python_template(&self) -> Option<super::glm53::Variant> {
+        None
+    }
+    fn inline_system(&self) -> Option<bool> {
+        Some(false)
+    }
+    fn owns_reasoning_history(&self) -> bool {
+        true
+    }
+    fn message_style(&self) -> MessageStyle {
+        MessageStyle::Template
+    }
+    fn reads_wire(&self) -> bool {
+        false
+    }
+    fn reads_body(&self) -> bool {
+        // Each release's glue dumps the messages itself.
+        true
+    }
+    fn modelled_from(&self) -> Option<(Release, &'static str)> {
+        None
+    }
+    fn counts_converted_apis(&self) -> bool {
+        true
+    }
+    fn same_as(&self, other: &Encoder) -> bool {
+        matches!(other, Encoder::DeepseekRelease(b)
+            if self.encoder == b.encoder
+                && self.version == b.version
+                && self.profiles == b.profiles
+                && self.dsv41_default_effort == b.dsv41_default_effort)
+    }
+
+    /// The prompt text and `continue_final_message` prefix, from the request
+    /// body, one per effort profile the server may use: `tokenizer.encode`
+    /// of the text (its BOS after the encoder's), then the prefix without a
+    /// leading BOS.
+    fn prompt(
+        &self,
+        host: &dyn Host,
+        inputs: &ChatInputs,
+        _clock: Clock,
+    ) -> Result<Prompt, CountError> {
+        let server = host.server();
+        let body = inputs
+            .body
+            .as_ref()
+            .ok_or_else(|| CountError::Unsupported("no request body was kept".into()))?;
+        let raw_messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+        let raw_tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .filter(|t| !t.is_empty());
+        let messages =
+            dsv32_serving::message_dumps(self.version, raw_messages).map_err(dsv_error)?;
+        let tools = raw_tools.map(|t| dsv32_serving::tool_dumps(self.version, t));
+        let thinking = inputs.extra.get("thinking");
+        let default_thinking = server.env.default_thinking;
+        let continue_final_message = body
+            .get("continue_final_message")
+            .and_then(py::lax_bool)
+            .unwrap_or(false);
+        let tools_reach_template = inputs.tools.is_some();
+        let task = body.get("task").and_then(Value::as_str);
+        let prompts = match self.encoder {
+            DeepseekEncoder::Dsv32(serving) => {
+                let request = dsv32_serving::Dsv32Request {
+                    messages: &messages,
+                    tools: tools.as_deref(),
+                    tools_reach_template,
+                    thinking,
+                    default_thinking,
+                    continue_final_message,
+                };
+                let p = dsv32_serving::encode(serving, &request).map_err(dsv_error)?;
+                vec![(p.text, p.assistant_prefix)]
+            }
+            DeepseekEncoder::Dsv4(serving) => {
+                let profiles = if self.profiles.is_empty() {
+                    vec![dsv4_sglang::EffortProfile::Preview]
+                } else {
+                    self.profiles.clone()
+                };
+                let mut out = Vec::with_capacity(profiles.len());
+                for profile in profiles {
+                    let request = dsv4_sglang::Dsv4Request {
+                        messages: &messages,
+                        tools: tools.as_deref(),
+                        tools_reach_template,
+                        thinking,
+                        default_thinking,
+                        continue_final_message,
+                        reasoning_effort: inputs.reasoning_effort.as_ref(),
+                        env_effort: server.env.dsv4_reasoning_effort.as_deref(),
+                        task,
+                        profile,
+                    };
+                    let p = dsv4_sglang::encode(serving, &request).map_err(dsv_error)?;
+                    out.push((p.text, p.assistant_prefix));
+                }
+                out
+            }
+            DeepseekEncoder::Dsv41(serving) => {
+                let default_effort = self.dsv41_default_effort.as_ref().ok_or_else(|| {
+                    CountError::Unsupported("no DeepSeek-V4.1 default effort".into())
+                })?;
+                let request = dsv41_sglang::Dsv41Request {
+                    messages: &messages,
+                    tools: raw_tools.map(Vec::as_slice),
+                    tools_reach_template,
+                    thinking,
+                    default_thinking,
+                    continue_final_message,
+                    reasoning_effort: inputs.reasoning_effort.as_ref(),
+                    default_effort,
+                    task,
+                    multimodal: server.multimodal,
+                };
+                let p = dsv41_sglang::encode(serving, &request).map_err(dsv_error)?;
+                vec![(p.text, p.assistant_prefix)]
+            }
+            DeepseekEncoder::Recipe(_) => {
+                return Err(CountError::Unsupported(
+                    "deepseek-recipe runs from 0.5.23 on, through the dsv4 encoder".into(),
+                ))
+            }
+        };
+        Ok(Prompt::Alternatives(prompts))
+    }
+}
+
+/// A release's DeepSeek port's error as the counter reports it.
+fn dsv_error(e: super::dsv32::Dsv32Error) -> CountError {
+    if e.kind() == "Unmodelled" {
+        CountError::Unsupported(format!(
+            "the DeepSeek encoder of this SGLang release would build this prompt in a way the guard \
+             does not reproduce: {e}"
+        ))
+    } else {
+        CountError::Template(e.to_string())
+    }
+}
 
 /// The chat encoding spec release `version` resolves (`dsv32`, `dsv4`,
 /// `dsv41`, `kimi_k3`, `inkling`), or `None` for the Jinja template.

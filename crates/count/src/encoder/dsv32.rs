@@ -997,6 +997,99 @@ pub fn encode_messages_as(
     Ok(prompt)
 }
 
+/// The encoder: the dsv32 branch of `_apply_jinja_template`.
+#[derive(Debug, Clone, Copy)]
+pub struct Dsv32Encoder;
+
+impl super::ChatEncoder for Dsv32Encoder {
+    fn name(&self) -> &'static str {
+        "dsv32"
+    }
+    fn jinja(&self) -> Option<&super::Jinja> {
+        None
+    }
+    fn kwargs_reader(&self) -> Option<&str> {
+        None
+    }
+    fn python_template(&self) -> Option<super::glm53::Variant> {
+        None
+    }
+    fn inline_system(&self) -> Option<bool> {
+        Some(false)
+    }
+    fn owns_reasoning_history(&self) -> bool {
+        true
+    }
+    fn message_style(&self) -> crate::preprocess::MessageStyle {
+        crate::preprocess::MessageStyle::Dsv32
+    }
+    fn reads_wire(&self) -> bool {
+        false
+    }
+    fn reads_body(&self) -> bool {
+        false
+    }
+    fn modelled_from(&self) -> Option<(crate::release::Release, &'static str)> {
+        None
+    }
+    fn counts_converted_apis(&self) -> bool {
+        true
+    }
+    fn same_as(&self, other: &super::Encoder) -> bool {
+        matches!(other, super::Encoder::Dsv32(_))
+    }
+
+    /// An empty system message hosts the tools, the thinking mode comes from
+    /// the request's `thinking` kwarg (else `SGLANG_DEFAULT_THINKING`), and
+    /// the text is encoded with the default specials (its BOS text, then the
+    /// post-processor's BOS).
+    fn prompt(
+        &self,
+        host: &dyn super::Host,
+        inputs: &crate::preprocess::ChatInputs,
+        _clock: crate::Clock,
+    ) -> Result<super::Prompt, crate::CountError> {
+        use crate::CountError;
+        let mut messages = inputs.messages.as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            // `messages[0]` raises IndexError in SGLang.
+            return Err(CountError::Template(
+                "IndexError: list index out of range".into(),
+            ));
+        }
+        if messages[0].get("role").and_then(Value::as_str) != Some("system") {
+            messages.insert(0, serde_json::json!({"role": "system", "content": ""}));
+        }
+        // `request.tools if tools else None`: every request tool, once any
+        // reaches the template.
+        let reaches = inputs.encoders_get_all_tools
+            || inputs
+                .tools
+                .as_ref()
+                .and_then(Value::as_array)
+                .is_some_and(|t| !t.is_empty());
+        if let (true, Some(all)) = (reaches, &inputs.all_tools) {
+            messages[0]["tools"] = all.clone();
+        }
+        let mode = if host.thinking_requested(inputs) {
+            ThinkingMode::Thinking
+        } else {
+            ThinkingMode::Chat
+        };
+        let text = encode_messages(&messages, mode).map_err(|e| {
+            if e.kind() == "Unmodelled" {
+                CountError::Unsupported(e.to_string())
+            } else {
+                CountError::Template(e.to_string())
+            }
+        })?;
+        Ok(super::Prompt::Text {
+            text,
+            add_special_tokens: true,
+        })
+    }
+}
+
 #[cfg(test)]
 #[path = "dsv32_tests.rs"]
 mod tests;

@@ -825,6 +825,98 @@ fn parse_effort_budget(value: &Value) -> Result<u32, String> {
     ))
 }
 
+/// The encoder: DeepSeek's recipe with SGLang's adapter (`dsv4`, `dsv41`,
+/// 0.5.23 on). `plain` is the tokenizer without its added vocabulary, which
+/// recipe encodes message text with.
+#[derive(Clone)]
+pub struct Recipe {
+    pub encoder: std::sync::Arc<Dsv4>,
+    pub plain: std::sync::Arc<super::PlainText>,
+}
+
+impl super::ChatEncoder for Recipe {
+    fn name(&self) -> &'static str {
+        super::spec_name(self.encoder.spec())
+    }
+    fn jinja(&self) -> Option<&super::Jinja> {
+        None
+    }
+    fn kwargs_reader(&self) -> Option<&str> {
+        None
+    }
+    fn python_template(&self) -> Option<super::glm53::Variant> {
+        None
+    }
+    fn inline_system(&self) -> Option<bool> {
+        Some(false)
+    }
+    fn owns_reasoning_history(&self) -> bool {
+        true
+    }
+    fn message_style(&self) -> crate::preprocess::MessageStyle {
+        crate::preprocess::MessageStyle::Template
+    }
+    fn reads_wire(&self) -> bool {
+        true
+    }
+    fn reads_body(&self) -> bool {
+        false
+    }
+    fn modelled_from(&self) -> Option<(crate::release::Release, &'static str)> {
+        Some((
+            crate::release::Release::V0523,
+            "before 0.5.23 SGLang encodes DeepSeek-V4 with its own encoding_dsv4, not deepseek-recipe, and \
+             counts fewer tokens than 0.5.23 for some requests (reasoning effort, text parts, response_format)",
+        ))
+    }
+    fn counts_converted_apis(&self) -> bool {
+        // recipe reads the `ChatCompletionRequest` these routes build in
+        // Python (which fields count as set), which is not modelled.
+        false
+    }
+    fn same_as(&self, other: &super::Encoder) -> bool {
+        matches!(other, super::Encoder::Dsv4(o) if std::sync::Arc::ptr_eq(&self.encoder, &o.encoder))
+    }
+
+    /// `DeepSeekRecipeChatEncodingAdapter.encode_messages`: the adapter
+    /// handles a trailing assistant turn itself.
+    fn prompt(
+        &self,
+        host: &dyn super::Host,
+        inputs: &crate::preprocess::ChatInputs,
+        _clock: crate::Clock,
+    ) -> Result<super::Prompt, crate::CountError> {
+        use crate::CountError;
+        let wire = inputs
+            .wire
+            .as_ref()
+            .ok_or_else(|| CountError::Unsupported("no wire request was dumped".into()))?;
+        let tools = inputs.tools.as_ref().and_then(Value::as_array);
+        let request = Request {
+            wire,
+            tools: tools.map(Vec::as_slice),
+            thinking: host.thinking_requested(inputs),
+            reasoning_effort: inputs.reasoning_effort.as_ref(),
+        };
+        let prompt = self.encoder.encode(&request).map_err(|e| match e {
+            Dsv4Error::Rejected(m) => CountError::invalid(m),
+            Dsv4Error::Unsupported(m) => CountError::Unsupported(format!(
+                "the DeepSeek-V4 encoder would build this prompt in a way the guard does not reproduce: {m}"
+            )),
+            e => CountError::Template(e.to_string()),
+        })?;
+        if prompt.images > 0 {
+            return Err(CountError::Unsupported(
+                "image parts on the DeepSeek-V4.1 encoder are not modelled by the guard".into(),
+            ));
+        }
+        Ok(super::Prompt::Pieces {
+            prompt,
+            plain: self.plain.clone(),
+        })
+    }
+}
+
 #[cfg(test)]
 #[path = "dsv4_tests.rs"]
 mod tests;

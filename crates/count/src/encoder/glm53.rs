@@ -1167,6 +1167,96 @@ pub fn render_segments(
     }
 }
 
+/// The encoder: SGLang's GLM-5.3 Python template. `jinja` is
+/// `tokenizer.chat_template`, which the installed `apply_chat_template`
+/// still hands some calls to (a `chat_template` or `continue_final_message`
+/// kwarg).
+#[derive(Clone)]
+pub struct Glm53Template {
+    pub variant: Variant,
+    pub jinja: super::Jinja,
+}
+
+impl super::ChatEncoder for Glm53Template {
+    fn name(&self) -> &'static str {
+        self.variant.name()
+    }
+    fn jinja(&self) -> Option<&super::Jinja> {
+        Some(&self.jinja)
+    }
+    fn kwargs_reader(&self) -> Option<&str> {
+        // Python code: any kwarg may be read.
+        None
+    }
+    fn python_template(&self) -> Option<Variant> {
+        Some(self.variant)
+    }
+    fn inline_system(&self) -> Option<bool> {
+        Some(SUPPORTS_INLINE_SYSTEM)
+    }
+    fn owns_reasoning_history(&self) -> bool {
+        false
+    }
+    fn message_style(&self) -> crate::preprocess::MessageStyle {
+        crate::preprocess::MessageStyle::Template
+    }
+    fn reads_wire(&self) -> bool {
+        false
+    }
+    fn reads_body(&self) -> bool {
+        false
+    }
+    fn modelled_from(&self) -> Option<(crate::release::Release, &'static str)> {
+        Some((
+            crate::release::Release::V0523,
+            "GLM-5.3's Python template is SGLang 0.5.23's",
+        ))
+    }
+    fn counts_converted_apis(&self) -> bool {
+        true
+    }
+    fn same_as(&self, other: &super::Encoder) -> bool {
+        matches!(other, super::Encoder::Glm53(o)
+            if self.variant == o.variant && self.jinja.same_as(&o.jinja))
+    }
+
+    /// `encode_prompt_segments` gives the ids of the joined text; some calls
+    /// go to the Jinja template instead.
+    fn prompt(
+        &self,
+        host: &dyn super::Host,
+        inputs: &crate::preprocess::ChatInputs,
+        clock: crate::Clock,
+    ) -> Result<super::Prompt, crate::CountError> {
+        let messages = inputs.messages.as_array().map_or(&[][..], Vec::as_slice);
+        let tools = inputs.tools.as_ref().and_then(Value::as_array);
+        let text = match render_segments(
+            self.variant,
+            messages,
+            tools.map(Vec::as_slice),
+            true,
+            &inputs.template_kwargs(host.effort_variable()),
+        )
+        .map_err(glm53_error)?
+        {
+            Prompt::Segments(segments) => segments.concat(),
+            Prompt::Text(text) => text,
+            Prompt::Jinja => return host.jinja_prompt(inputs, clock),
+        };
+        Ok(host.template_text(text))
+    }
+}
+
+/// The template's error as the counter reports it.
+pub(crate) fn glm53_error(e: Glm53Error) -> crate::CountError {
+    match e {
+        Glm53Error::Raised { .. } => crate::CountError::Template(e.to_string()),
+        Glm53Error::Unmodelled(why) => crate::CountError::Unsupported(format!(
+            "the GLM-5.3 template would render this request in a way the guard does not reproduce: {why}"
+        )),
+    }
+}
+
 #[cfg(test)]
 #[path = "glm53_tests.rs"]
 mod tests;

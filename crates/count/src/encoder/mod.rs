@@ -15,16 +15,20 @@
 //!
 //! [`select`] mirrors that and returns the [`Encoder`], or the settings
 //! that make it one the guard does not model. Adding an encoder is one
-//! module beside this one and one arm in [`select`] and [`Encoder`].
+//! module beside this one implementing [`ChatEncoder`] (no method has a
+//! default), one variant of [`Encoder`] (the compiler then asks for its arm
+//! in [`Encoder::get`]) and its arm in [`select`].
 
 use std::sync::Arc;
 
 use super::model::{CheckpointTemplates, ModelFiles};
-use super::release::{Release, Version};
+use super::preprocess::{ChatInputs, MessageStyle};
+use super::release::{EffortVariable, Release, Version};
 use super::serving::{
     conversation_template_for, show, Arch, ChatTemplateArg, ServerConfig, Unmodelled,
 };
 use super::template::{detect_content_format_as, ChatTemplate, ContentFormat};
+use super::{Clock, CountError};
 
 #[cfg(test)]
 mod compact_expected;
@@ -46,47 +50,184 @@ pub struct Jinja {
     pub template: Result<(Arc<str>, Arc<ChatTemplate>), String>,
 }
 
-/// The encoder a model's chat requests go through.
+/// A chat prompt as an encoder builds it: each kind is measured its own way
+/// by the counter, which knows nothing else about the encoder.
+pub enum Prompt {
+    /// Text the tokenizer encodes (`add_special_tokens` as SGLang passes it).
+    Text {
+        text: String,
+        add_special_tokens: bool,
+    },
+    /// DeepSeek recipe's pieces: special-token ids and text runs, the runs
+    /// encoded by `plain` where recipe encodes them without the added
+    /// vocabulary.
+    Pieces {
+        prompt: dsv4::Prompt,
+        plain: Arc<PlainText>,
+    },
+    /// A release's own DeepSeek glue: the text (encoded with the default
+    /// specials) and its `continue_final_message` prefix, one per server
+    /// configuration the guard cannot tell apart; the longest counts.
+    Alternatives(Vec<(String, Option<String>)>),
+}
+
+/// What an encoder reads from the counter while it builds a prompt.
+pub trait Host {
+    /// The Jinja path (`_apply_jinja_template`): the template SGLang settled
+    /// on, with the request's kwargs, retried once with flattened tools.
+    fn jinja_prompt(&self, inputs: &ChatInputs, clock: Clock) -> Result<Prompt, CountError>;
+    /// Text a template produced, with the `encode_kwargs` SGLang uses for it.
+    fn template_text(&self, text: String) -> Prompt;
+    /// `_thinking_requested`: the `thinking` kwarg, else `SGLANG_DEFAULT_THINKING`.
+    fn thinking_requested(&self, inputs: &ChatInputs) -> bool;
+    /// How the release counted passes `reasoning_effort` to templates.
+    fn effort_variable(&self) -> EffortVariable;
+    fn server(&self) -> &ServerConfig;
+}
+
+/// Everything the counter asks of an encoder. Each encoder is one module
+/// implementing it; no method has a default, so a new encoder states every
+/// answer that can change a count.
+pub trait ChatEncoder: Send + Sync {
+    /// A short name for logs, `audit` and the README's model table.
+    fn name(&self) -> &'static str;
+    /// The Jinja template `tokenizer.apply_chat_template` renders, when this
+    /// encoder renders one on some path.
+    fn jinja(&self) -> Option<&Jinja>;
+    /// The template text whose variable names decide which kwargs can change
+    /// the prompt (a Jinja template reads a variable only by writing its
+    /// name); `None`: every kwarg may.
+    fn kwargs_reader(&self) -> Option<&str>;
+    /// The SGLang Python chat template installed as the tokenizer's
+    /// `apply_chat_template` (what Ollama's chat calls directly), if any.
+    fn python_template(&self) -> Option<glm53::Variant>;
+    /// `OpenAIServingChat._resolve_inline_system_support` where it does not
+    /// probe a Jinja source: an encoding spec answers
+    /// `spec_supports_inline_system` (true for kimi_k3 only), a Python
+    /// template its own `supports_inline_system`; `None` for Jinja (probed).
+    fn inline_system(&self) -> Option<bool>;
+    /// `chat_encoding.spec_owns_reasoning_history`: the encoder renders
+    /// assistant `reasoning_content` itself.
+    fn owns_reasoning_history(&self) -> bool;
+    /// How SGLang's chat preprocessing shapes the messages for it.
+    fn message_style(&self) -> MessageStyle;
+    /// It reads the request as SGLang dumps it on the wire (`model_dump`).
+    fn reads_wire(&self) -> bool;
+    /// It reads the request body itself (a release's own glue).
+    fn reads_body(&self) -> bool;
+    /// The first release whose code this port reproduces, when not every
+    /// release, and what the earlier ones do instead.
+    fn modelled_from(&self) -> Option<(Release, &'static str)>;
+    /// Whether `/v1/messages` and `/v1/responses` requests, converted in
+    /// Python, reach it in a form the guard models.
+    fn counts_converted_apis(&self) -> bool;
+    /// Whether `other` builds every prompt as `self` does (then one count
+    /// serves both).
+    fn same_as(&self, other: &Encoder) -> bool;
+    /// The prompt it builds from SGLang's prepared chat inputs.
+    fn prompt(
+        &self,
+        host: &dyn Host,
+        inputs: &ChatInputs,
+        clock: Clock,
+    ) -> Result<Prompt, CountError>;
+}
+
+/// The encoder a model's chat requests go through: one variant per encoder
+/// module, and [`Encoder::get`] the one match over them.
 #[derive(Clone)]
 pub enum Encoder {
     /// A Hugging Face Jinja template.
     Jinja(Jinja),
     /// SGLang's GLM-5.3 Python template (`python_chat_template.py`).
-    /// `jinja` is `tokenizer.chat_template`, which the installed
-    /// `apply_chat_template` still hands some calls to (a `chat_template`
-    /// or `continue_final_message` kwarg).
-    Glm53 {
-        variant: glm53::Variant,
-        jinja: Jinja,
-    },
+    Glm53(glm53::Glm53Template),
     /// SGLang's `encoding_dsv32.encode_messages` (`chat_encoding_spec ==
     /// "dsv32"`).
-    Dsv32,
-    /// DeepSeek's recipe with SGLang's adapter (`dsv4`, `dsv41`). `plain`
-    /// is the tokenizer without its added vocabulary, which recipe encodes
-    /// message text with.
-    Dsv4 {
-        encoder: Arc<dsv4::Dsv4>,
-        plain: Arc<PlainText>,
-    },
+    Dsv32(dsv32::Dsv32Encoder),
+    /// DeepSeek's recipe with SGLang's adapter (`dsv4`, `dsv41`).
+    Dsv4(dsv4::Recipe),
     /// A DeepSeek encoder as a release before 0.5.23 runs it: SGLang's own
     /// `encoding_dsv32` / `encoding_dsv4` / `encoding_dsv41` and the
-    /// release's glue around it ([`deepseek_releases`]), from the request body.
-    DeepseekRelease(DeepseekRelease),
+    /// release's glue around it, from the request body.
+    DeepseekRelease(deepseek_releases::DeepseekRelease),
 }
 
-/// [`Encoder::DeepseekRelease`]: which port, on which release, and the
-/// server facts it reads.
-#[derive(Debug, Clone)]
-pub struct DeepseekRelease {
-    pub encoder: deepseek_releases::DeepseekEncoder,
-    /// The release's `major.minor.patch` (post releases share their glue).
-    pub version: (u32, u32, u32),
-    /// DeepSeek-V4 0.5.18+: the effort profiles the server may use (one when
-    /// the checkpoint says which, both when the guard cannot see it).
-    pub profiles: Vec<dsv4_sglang::EffortProfile>,
-    /// DeepSeek-V4.1: `SGLANG_DSV41_REASONING_EFFORT` as SGLang reads it.
-    pub dsv41_default_effort: Option<dsv41_sglang::Effort>,
+impl Encoder {
+    pub fn get(&self) -> &(dyn ChatEncoder + 'static) {
+        match self {
+            Encoder::Jinja(e) => e,
+            Encoder::Glm53(e) => e,
+            Encoder::Dsv32(e) => e,
+            Encoder::Dsv4(e) => e,
+            Encoder::DeepseekRelease(e) => e,
+        }
+    }
+}
+
+impl std::ops::Deref for Encoder {
+    type Target = dyn ChatEncoder;
+
+    fn deref(&self) -> &Self::Target {
+        self.get()
+    }
+}
+
+impl Jinja {
+    /// The same template source, or the same reason there is none.
+    pub fn same_as(&self, other: &Jinja) -> bool {
+        match (&self.template, &other.template) {
+            (Ok((a, _)), Ok((b, _))) => a == b,
+            (Err(a), Err(b)) => a == b,
+            (Ok(_), Err(_)) | (Err(_), Ok(_)) => false,
+        }
+    }
+}
+
+impl ChatEncoder for Jinja {
+    fn name(&self) -> &'static str {
+        "jinja"
+    }
+    fn jinja(&self) -> Option<&Jinja> {
+        Some(self)
+    }
+    fn kwargs_reader(&self) -> Option<&str> {
+        self.template.as_ref().ok().map(|(s, _)| &**s)
+    }
+    fn python_template(&self) -> Option<glm53::Variant> {
+        None
+    }
+    fn inline_system(&self) -> Option<bool> {
+        None
+    }
+    fn owns_reasoning_history(&self) -> bool {
+        false
+    }
+    fn message_style(&self) -> MessageStyle {
+        MessageStyle::Template
+    }
+    fn reads_wire(&self) -> bool {
+        false
+    }
+    fn reads_body(&self) -> bool {
+        false
+    }
+    fn modelled_from(&self) -> Option<(Release, &'static str)> {
+        None
+    }
+    fn counts_converted_apis(&self) -> bool {
+        true
+    }
+    fn same_as(&self, other: &Encoder) -> bool {
+        matches!(other, Encoder::Jinja(o) if Jinja::same_as(self, o))
+    }
+    fn prompt(
+        &self,
+        host: &dyn Host,
+        inputs: &ChatInputs,
+        clock: Clock,
+    ) -> Result<Prompt, CountError> {
+        host.jinja_prompt(inputs, clock)
+    }
 }
 
 /// How recipe's plain text is counted: with the tokenizer stripped of its
@@ -138,92 +279,6 @@ pub struct Selected {
     pub encoder: Encoder,
     /// `TemplateManager.jinja_template_content_format`.
     pub content_format: ContentFormat,
-}
-
-impl Encoder {
-    /// The Jinja template `tokenizer.apply_chat_template` renders, when
-    /// this encoder renders one on some path.
-    pub fn jinja(&self) -> Option<&Jinja> {
-        match self {
-            Encoder::Jinja(j) | Encoder::Glm53 { jinja: j, .. } => Some(j),
-            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_) => None,
-        }
-    }
-
-    /// Whether `other` builds every prompt as `self` does (then one count
-    /// serves both).
-    pub fn same_as(&self, other: &Encoder) -> bool {
-        let same_jinja = |a: &Jinja, b: &Jinja| match (&a.template, &b.template) {
-            (Ok((a, _)), Ok((b, _))) => a == b,
-            (Err(a), Err(b)) => a == b,
-            _ => false,
-        };
-        match (self, other) {
-            (Encoder::Jinja(a), Encoder::Jinja(b)) => same_jinja(a, b),
-            (
-                Encoder::Glm53 { variant, jinja },
-                Encoder::Glm53 {
-                    variant: v2,
-                    jinja: j2,
-                },
-            ) => variant == v2 && same_jinja(jinja, j2),
-            (Encoder::Dsv32, Encoder::Dsv32) => true,
-            (Encoder::Dsv4 { encoder, .. }, Encoder::Dsv4 { encoder: e2, .. }) => {
-                Arc::ptr_eq(encoder, e2)
-            }
-            (Encoder::DeepseekRelease(a), Encoder::DeepseekRelease(b)) => {
-                a.encoder == b.encoder
-                    && a.version == b.version
-                    && a.profiles == b.profiles
-                    && a.dsv41_default_effort == b.dsv41_default_effort
-            }
-            (
-                Encoder::Jinja(_)
-                | Encoder::Glm53 { .. }
-                | Encoder::Dsv32
-                | Encoder::Dsv4 { .. }
-                | Encoder::DeepseekRelease(_),
-                _,
-            ) => false,
-        }
-    }
-
-    /// A short name for logs, `audit` and the README's model table.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Encoder::Jinja(_) => "jinja",
-            Encoder::Glm53 { variant, .. } => variant.name(),
-            Encoder::Dsv32 => "dsv32",
-            Encoder::Dsv4 { encoder, .. } => spec_name(encoder.spec()),
-            Encoder::DeepseekRelease(d) => match d.encoder {
-                deepseek_releases::DeepseekEncoder::Dsv32(_) => "dsv32",
-                deepseek_releases::DeepseekEncoder::Dsv4(_) => "dsv4",
-                deepseek_releases::DeepseekEncoder::Dsv41(_) => "dsv41",
-                deepseek_releases::DeepseekEncoder::Recipe(spec) => spec_name(spec),
-            },
-        }
-    }
-
-    /// `OpenAIServingChat._resolve_inline_system_support` where it does not
-    /// probe a Jinja source: an encoding spec answers
-    /// `spec_supports_inline_system` (true for kimi_k3 only), a Python
-    /// template its own `supports_inline_system`.
-    pub fn inline_system(&self) -> Option<bool> {
-        match self {
-            Encoder::Jinja(_) => None,
-            Encoder::Glm53 { .. } => Some(glm53::SUPPORTS_INLINE_SYSTEM),
-            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_) => Some(false),
-        }
-    }
-
-    /// `chat_encoding.spec_owns_reasoning_history`: the encoder renders
-    /// assistant `reasoning_content` itself.
-    pub fn owns_reasoning_history(&self) -> bool {
-        matches!(
-            self,
-            Encoder::Dsv32 | Encoder::Dsv4 { .. } | Encoder::DeepseekRelease(_)
-        )
-    }
 }
 
 /// `--chat-template FILE.jinja` as `TemplateManager._load_jinja_template`
@@ -295,7 +350,7 @@ pub fn select(
     };
     if let Some(variant) = python {
         return Ok(Selected {
-            encoder: Encoder::Glm53 { variant, jinja },
+            encoder: Encoder::Glm53(glm53::Glm53Template { variant, jinja }),
             content_format: ContentFormat::OpenAi,
         });
     }
@@ -475,7 +530,7 @@ fn build_chat_encoding_adapter(
             _ => None,
         };
         return Ok(Selected {
-            encoder: Encoder::DeepseekRelease(DeepseekRelease {
+            encoder: Encoder::DeepseekRelease(deepseek_releases::DeepseekRelease {
                 encoder,
                 version,
                 profiles,
@@ -486,7 +541,7 @@ fn build_chat_encoding_adapter(
     }
     match spec {
         "dsv32" => Ok(Selected {
-            encoder: Encoder::Dsv32,
+            encoder: Encoder::Dsv32(dsv32::Dsv32Encoder),
             content_format,
         }),
         "dsv4" | "dsv41" => {
@@ -512,10 +567,10 @@ fn build_chat_encoding_adapter(
                 unmodelled(setting, &value, format!("SGLang's `{}` encoder: {e}", spec_name(spec)))
             })?;
             Ok(Selected {
-                encoder: Encoder::Dsv4 {
+                encoder: Encoder::Dsv4(dsv4::Recipe {
                     encoder: Arc::new(encoder),
                     plain: Arc::new(PlainText::new(&tokenizer.inner)),
-                },
+                }),
                 content_format,
             })
         }
@@ -546,7 +601,7 @@ fn dsv4_profiles(files: &ModelFiles) -> Result<Vec<dsv4_sglang::EffortProfile>, 
         .map(|p| vec![p])
 }
 
-fn spec_name(spec: dsv4::Spec) -> &'static str {
+pub(crate) fn spec_name(spec: dsv4::Spec) -> &'static str {
     match spec {
         dsv4::Spec::V4 => "dsv4",
         dsv4::Spec::V41 => "dsv41",
