@@ -84,7 +84,7 @@ pub enum Reason {
 }
 
 /// Every [`Reason::label`]: the README's table of refusal codes lists each
-/// (`tests/docs_metrics.rs`), and a unit test below keeps this list whole.
+/// (`tests/it/docs_metrics.rs`), and a unit test below keeps this list whole.
 pub const LABELS: &[&str] = &[
     "context_length_exceeded",
     "invalid_json",

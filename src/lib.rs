@@ -19,9 +19,9 @@
 //! bring models in; `config` declares each setting once (`config/settings.rs`:
 //! the file key, the flag, the variable) and resolves them; `signal` stops
 //! the process; `cli` parses the command line and runs `serve`, each other
-//! command has its module (`count_cmd`, `audit`, `verify`, `demo`). `scripts/import-cycles.py`
-//! checks that the top-level modules use each other without a cycle of any
-//! length (none today).
+//! command has its module (`count_cmd`, `audit`, `verify`, `demo`).
+//! `scripts/import-cycles.py` checks that no modules use each other in a
+//! cycle, at any depth (docs/architecture.md).
 #![forbid(unsafe_code)]
 
 pub mod app;

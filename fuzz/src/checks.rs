@@ -2,7 +2,7 @@
 //! panics when its property fails; an input that makes one panic is a bug.
 //!
 //! This file is compiled twice: into the fuzz crate (`fuzz/src/lib.rs`) and
-//! into `tests/fuzz_regressions.rs`, which replays every input under
+//! into `tests/it/fuzz_regressions.rs`, which replays every input under
 //! `fuzz/seeds/` and `fuzz/regressions/` on stable Rust in the ordinary test
 //! run. A fuzz finding is fixed once and kept as a regression test.
 //!

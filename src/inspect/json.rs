@@ -217,7 +217,7 @@ mod tests {
 
     /// Every ASCII byte at every offset of a 16-byte block and of the tail
     /// after it (`first_escape`). Mixed strings and whole trees:
-    /// `tests/properties.rs`.
+    /// `tests/it/properties.rs`.
     #[test]
     fn every_byte_escapes_as_serde_json_does() {
         for b in 0u8..0x80 {

@@ -85,7 +85,7 @@ fn localised(
         doc.insert("discovery_interval_ms".into(), 200.into());
     }
     // Decode workers are only compared with prefill's; none answers here
-    // (what the guard then refuses is `tests/pd.rs`'s concern).
+    // (what the guard then refuses is `tests/it/pd.rs`'s concern).
     if doc.contains_key("decode_urls") {
         doc.insert(
             "decode_urls".into(),

@@ -226,7 +226,7 @@ fn run_fixture(shared: &Path, name: &str) -> FixtureResult {
 
 /// The fixtures that have goldens under SGLang's default server flags. The
 /// others (the DeepSeek-V3.2/V4 stand-ins) are only ever served through
-/// their model-specific encoders: `tests/profiles.rs` checks them, and
+/// their model-specific encoders: `tests/it/profiles.rs` checks them, and
 /// `every_fixture_has_goldens` that none is left out.
 fn fixtures(shared: &Path) -> Vec<String> {
     let mut dirs: Vec<(u64, String)> = std::fs::read_dir(shared.join("tokenizers"))
@@ -315,7 +315,7 @@ fn counts_match_sglang() {
 }
 
 /// Every fixture is checked somewhere: by the default goldens here, or by a
-/// server profile (`goldens/profiles/PROFILES.json`, run by `tests/profiles.rs`).
+/// server profile (`goldens/profiles/PROFILES.json`, run by `tests/it/profiles.rs`).
 #[test]
 fn every_fixture_has_goldens() {
     let Some(shared) = shared::shared_dir() else {

@@ -2,6 +2,10 @@
 //! tests run in parallel): each module is one area, most of them the real
 //! guard on `127.0.0.1:0` in front of mock SGLang servers speaking HTTP.
 //! The counting core's own integration tests are `crates/count/tests/`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests and their helpers assert by unwrapping; a panic is a failed test"
+)]
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! nothing forwarded. The lengths of the DeepSeek prompts are SGLang 0.5.23's
 //! own (`shared/goldens/profiles`); GLM-5.3's fixture has no tokenizer, so
 //! its length is the binary's own `count` under the same settings (the
-//! rendered text itself is checked against SGLang in `tests/profiles.rs`).
+//! rendered text itself is checked against SGLang in `tests/it/profiles.rs`).
 
 use crate::common;
 use crate::common::shared;

@@ -8,6 +8,10 @@
 //! `cargo bench --bench count` measures; `cargo test --all-targets` runs each
 //! benchmark once on a short text and one fixture, so it stays quick.
 //! `BENCH_FIXTURES=qwen2.5,llama-3.2` narrows the fixtures.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark over the fixtures: a fixture that does not load is a failed run"
+)]
 
 #[path = "../../../tests/it/common/shared.rs"]
 mod shared;

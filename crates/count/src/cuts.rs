@@ -33,7 +33,7 @@
 //!   sees the cut inside one of its pieces and the same argument applies.
 //! * **Model**: runs on each split on its own, whatever the chunk.
 //!
-//! The property tests (`tests/counting_equivalence.rs`) check the result
+//! The property tests (`crates/count/tests/count/counting_equivalence.rs`) check the result
 //! against `encode` on every fixture, with cuts forced into short texts.
 
 use serde_json::Value;

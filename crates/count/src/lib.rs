@@ -2,19 +2,19 @@
 //! behind the guard computes `len(prompt_ids)`. Nothing in here knows about
 //! HTTP: this crate's dependencies have no HTTP, async runtime or RPC library.
 
-pub mod anthropic;
-pub mod bound;
+mod anthropic;
+mod bound;
 pub mod cache;
 mod chat_api;
-pub mod cuts;
+mod cuts;
 pub mod encoder;
 pub mod fast;
 pub mod model;
 pub mod ollama;
-pub mod preprocess;
+mod preprocess;
 pub mod py;
 pub mod release;
-pub mod responses;
+mod responses;
 pub mod route;
 pub mod serving;
 pub mod template;
@@ -22,7 +22,7 @@ pub mod tokenizer;
 pub(crate) mod unicode;
 #[rustfmt::skip]
 mod unicode_tables;
-pub mod wire;
+mod wire;
 
 use std::path::Path;
 use std::sync::Arc;

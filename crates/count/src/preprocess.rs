@@ -719,14 +719,17 @@ enum ToolChoice {
 // The request path
 // ---------------------------------------------------------------------------
 
-/// Runs SGLang's chat preprocessing on a raw body. `format` is the template's
-/// content format (`detect_jinja_template_content_format`).
+/// Runs SGLang's chat preprocessing on a raw body as 0.5.23 does, for the
+/// tests. `format` is the template's content format
+/// (`detect_jinja_template_content_format`).
+#[cfg(test)]
 pub fn prepare(body: &Value, format: ContentFormat) -> Result<Prepared, CountError> {
     let rules = Consulted::new(super::Release::V0523.chat_rules());
     prepare_with(body, format, &Options::default(), &rules)
 }
 
-/// [`prepare`] for a request that reaches `_process_messages` another way (see [`Options`]).
+/// SGLang's chat preprocessing on a raw body, for a request that reaches
+/// `_process_messages` the way [`Options`] says.
 /// `rules` are the release family's; the ones consulted are recorded in it.
 pub fn prepare_with(
     body: &Value,

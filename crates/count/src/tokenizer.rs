@@ -36,7 +36,7 @@
 //! than guessed at: a wrong pipeline can undercount. Generations whose plans are
 //! the same share one loaded pipeline ([`Generations`]). The proof is
 //! `testdata/gen_tokenizer_generations.py` (every fixture, each generation's own
-//! releases) and `tests/tokenizer_generations.rs`.
+//! releases) and `crates/count/tests/count/tokenizer_generations.rs`.
 
 mod auto_classes;
 pub mod generation;

@@ -1,6 +1,6 @@
 //! The adversarial corpus (issue 3): over-long prompts in every evasive form
 //! the issue lists, alone and combined, and the matching legitimate short
-//! requests. Data only; `tests/adversarial.rs` sends it.
+//! requests. Data only; `tests/it/adversarial.rs` sends it.
 //!
 //! With the demo model one word is one token and the guard's limit is
 //! [`LIMIT`], so [`long`] (30 words, 30+ tokens) never fits and [`SHORT`]

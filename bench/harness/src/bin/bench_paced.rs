@@ -20,6 +20,10 @@
 //!
 //! Prints one line, `BENCHJSON {...}`, with per-target requests, statuses,
 //! errors and p50/p90/p99/p999/max in microseconds.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a measuring harness run by hand: a setup that fails should stop it loudly"
+)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -43,6 +43,10 @@
 //! `--sabotage-limit N` is a self-test of the harness: the guard is started
 //! with limit N while the prompts are still built around `--limit`, so the
 //! over-limit prompts get through and the run must fail with leaks.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a measuring harness run by hand: a setup that fails should stop it loudly"
+)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -27,7 +27,7 @@ Every release of one generation must give the same result for every variant
 first disagreement. It writes tokenizer_generations_expected.json beside
 itself: the probes, the variants (how the test rebuilds each directory), the
 releases run per generation, and per variant its distinct outcomes and which
-generation has which. tests/tokenizer_generations.rs loads every variant with
+generation has which. crates/count/tests/count/tokenizer_generations.rs loads every variant with
 `TextTokenizer::load_as` for every generation and compares.
 
 Variants: every fixture with a tokenizer.json as shipped; the same with a

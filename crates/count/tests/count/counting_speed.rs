@@ -1,6 +1,6 @@
 //! Timings of the counting paths on qwen2.5 (not assertions: speed is shown,
 //! not tested). Run with
-//! `cargo test --release --test counting_speed -- --ignored --nocapture`.
+//! `cargo test -p prefill-guard-count --release --test count -- counting_speed:: --ignored --nocapture`.
 
 use crate::shared;
 
