@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets in fuzz/ one after another, each for a bounded
-# time, and fails if any input makes one crash or panic.
+# Runs the cargo-fuzz targets in fuzz/, side by side (one per core), each for
+# a bounded time, and fails if any input makes one crash or panic.
 #
-# Usage: scripts/fuzz.sh [--seconds N] [--sanitizer address|none] [TARGET...]
+# Usage: scripts/fuzz.sh [--seconds N] [--sanitizer address|none] [--build-only] [TARGET...]
 #   --seconds N    per target (default 60, what CI runs; FUZZ_SECONDS too)
+#   --build-only   build the targets and stop (scripts/test.sh builds them
+#                  while the cargo tests run)
 #   --sanitizer    address (default) or none (faster, catches panics only)
 #   TARGET         framing path json extract template (default: all)
 #
@@ -22,6 +24,7 @@ cd "$repo"
 
 seconds="${FUZZ_SECONDS:-60}"
 sanitizer=address
+build_only=""
 targets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,7 +32,8 @@ while [ $# -gt 0 ]; do
     --seconds=*) seconds="${1#--seconds=}"; shift ;;
     --sanitizer) sanitizer="$2"; shift 2 ;;
     --sanitizer=*) sanitizer="${1#--sanitizer=}"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "fuzz: unknown option $1" >&2; exit 64 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -58,23 +62,46 @@ echo "fuzz: building ${targets[*]} (sanitizer $sanitizer)" >&2
 # Debug assertions on: an overflow or a failed debug_assert is a finding too.
 flags=(--sanitizer "$sanitizer" --debug-assertions)
 cargo +nightly fuzz build "${flags[@]}" >&2
+[ -z "$build_only" ] || exit 0
+
+# One libFuzzer process uses one core: the targets run side by side, as many
+# at once as there are cores (FUZZ_JOBS), each still for its full time on a
+# core of its own.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+
+run_target() {
+  local target="$1"
+  local corpus="fuzz/corpus/$target"
+  mkdir -p "$corpus" "fuzz/artifacts/$target" fuzz/logs
+  local dirs=("$corpus" "fuzz/seeds/$target")
+  [ -d "fuzz/regressions/$target" ] && dirs+=("fuzz/regressions/$target")
+  local log="fuzz/logs/$target.log"
+  echo "fuzz: $target for ${seconds}s" >&2
+  # -timeout: one input taking 10 s is a hang, reported like a crash.
+  # LeakSanitizer is off: fixtures loaded once live for the whole run.
+  local status=ok
+  ASAN_OPTIONS=detect_leaks=0 cargo +nightly fuzz run "${flags[@]}" "$target" "${dirs[@]}" -- \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1 || status=FAILED
+  echo "$status" >"fuzz/logs/$target.status"
+}
+
+pids=()
+for target in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+    wait -n || true
+  done
+  run_target "$target" &
+  pids+=("$!")
+done
+wait "${pids[@]}" || true
 
 summary=()
 failed=()
 for target in "${targets[@]}"; do
   corpus="fuzz/corpus/$target"
-  mkdir -p "$corpus" "fuzz/artifacts/$target" fuzz/logs
-  dirs=("$corpus" "fuzz/seeds/$target")
-  [ -d "fuzz/regressions/$target" ] && dirs+=("fuzz/regressions/$target")
   log="fuzz/logs/$target.log"
-  echo "fuzz: $target for ${seconds}s" >&2
-  # -timeout: one input taking 10 s is a hang, reported like a crash.
-  # LeakSanitizer is off: fixtures loaded once live for the whole run.
-  if ASAN_OPTIONS=detect_leaks=0 cargo +nightly fuzz run "${flags[@]}" "$target" "${dirs[@]}" -- \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$log" 2>&1; then
-    status=ok
-  else
-    status=FAILED
+  status="$(cat "fuzz/logs/$target.status" 2>/dev/null || echo FAILED)"
+  if [ "$status" != ok ]; then
     failed+=("$target")
     grep -E "panicked|ERROR|SUMMARY|Test unit written|artifact" "$log" | head -20 >&2 || true
   fi

@@ -55,8 +55,22 @@ fi
 
 # The guard and its counting core (the workspace's default members): unit
 # tests, the one integration-test binary of each crate, benches as tests.
-cargo test --all-targets --locked
+# Built once, then run by scripts/run-tests.py: the binaries side by side
+# (cargo would run them one after another), each as cargo runs it.
+mkdir -p target
+cargo test --all-targets --locked --no-run --message-format=json-render-diagnostics >target/test-binaries.json
+# Meanwhile the fuzz targets (a build of their own: release, AddressSanitizer)
+# compile at the lowest CPU priority, on what the tests leave idle.
+nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
+fuzz_build=$!
+trap 'pkill -TERM -P "$fuzz_build" 2>/dev/null; kill "$fuzz_build" 2>/dev/null || true; [ -z "$fixtures_missing" ] || echo "$fixtures_missing" >&2' EXIT
+python3 scripts/run-tests.py <target/test-binaries.json
 df -h . | sed 's/^/disk: /' >&2
+if ! wait "$fuzz_build"; then
+  cat target/fuzz-build.log >&2
+  echo "test: building the fuzz targets failed" >&2
+  exit 1
+fi
 # Every fuzz target for 60 s (nightly + cargo-fuzz); a crash or panic fails.
 ./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}"
 ./scripts/e2e.sh

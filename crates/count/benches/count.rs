@@ -3,7 +3,8 @@
 //! text against the `tokenizers` crate's own `Tokenizer::encode(..).len()`,
 //! the floor any exact counter has to beat or match: the guard's exact,
 //! parallel and early-exit counts, its no-tokenize upper bound, and a whole
-//! chat request (template and count) through `ModelCounter`.
+//! chat request (template and count) through `ModelCounter`; and the chat
+//! template's rendering alone at about 1k, 32k and 600k tokens.
 //!
 //! `cargo bench --bench count` measures; `cargo test --all-targets` runs each
 //! benchmark once on a short text and one fixture, so it stays quick.
@@ -319,5 +320,62 @@ fn counting(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, counting);
+/// Rendering alone (SGLang's preprocessing and the chat template, no
+/// tokenizing) of one user message of about 1k, 32k and 600k tokens, per
+/// fixture with a chat template: the cost that must stay linear in the
+/// prompt (issue 31). The bytes per token of `prose` are about 3.3 on these
+/// tokenizers; each row's id is the message's size in bytes.
+fn rendering(c: &mut Criterion) {
+    let Some(root) = shared_tokenizers() else {
+        return;
+    };
+    let sizes: &[usize] = if measuring() {
+        &[3_300, 105_000, 2_000_000]
+    } else {
+        &[3_300]
+    };
+    let bodies: Vec<(usize, serde_json::Value)> = sizes
+        .iter()
+        .map(|&n| {
+            let body = serde_json::json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "You are a helpful assistant."},
+                    {"role": "user", "content": prose(n)},
+                ],
+            });
+            (n, body)
+        })
+        .collect();
+    for dir in fixtures(&root) {
+        let name = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let Ok(counter) = ModelCounter::load(&dir) else {
+            continue;
+        };
+        if counter.render_chat(&bodies[0].1, Clock::default()).is_err() {
+            eprintln!("{name}: no render benchmark, the chat does not render");
+            continue;
+        }
+        let mut group = c.benchmark_group(format!("render/{name}"));
+        if measuring() {
+            group
+                .sample_size(10)
+                .warm_up_time(Duration::from_secs(1))
+                .measurement_time(Duration::from_secs(3));
+        }
+        for (n, body) in &bodies {
+            group.throughput(Throughput::Bytes(*n as u64));
+            group.bench_with_input(BenchmarkId::new("render_chat", n), body, |b, body| {
+                b.iter(|| counter.render_chat(body, Clock::default()).unwrap())
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, counting, rendering);
 criterion_main!(benches);
