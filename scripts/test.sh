@@ -73,5 +73,8 @@ if ! wait "$fuzz_build"; then
 fi
 # Every fuzz target for 60 s (nightly + cargo-fuzz); a crash or panic fails.
 ./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}"
-./scripts/e2e.sh
+# The end-to-end run takes the binary the integration tests ran against: a
+# plain `cargo build` would compile the dependency tree again without the
+# test-only features (tokio's test-util), minutes for the same program.
+PREFILL_GUARD_BIN="$PWD/target/debug/prefill-guard" ./scripts/e2e.sh
 ./scripts/validate-deploy.sh
