@@ -211,7 +211,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock: the body timeouts are tokio timers, so the
+    /// 20 ms look and the 50 ms timeouts are virtual and keep their order
+    /// however loaded the machine.
+    #[tokio::test(start_paused = true)]
     async fn a_stalled_upload_holds_what_it_sent_and_times_out() {
         let budget = BodyBudget::new(1 << 20);
         let short = BodyTimeouts {

@@ -123,7 +123,7 @@ impl Connection {
 
     /// When the request head being received began to arrive, if one is
     /// partly received (HTTP/1 only; an h2c connection has none).
-    pub fn head_started(&self) -> Option<std::time::Instant> {
+    pub fn head_started(&self) -> Option<tokio::time::Instant> {
         self.sniffer
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -203,8 +203,9 @@ pub struct Sniffer {
     heads: u64,
     /// The first request (by index) that is refused, and why; every later one is too.
     first_bad: Option<(u64, String)>,
-    /// When the head being collected got its first byte (`header_read_timeout_ms`).
-    head_started: Option<std::time::Instant>,
+    /// When the head being collected got its first byte
+    /// (`header_read_timeout_ms`), on the watchdog's clock (`conn`).
+    head_started: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -276,7 +277,7 @@ impl Sniffer {
         if !partial {
             self.head_started = None;
         } else if self.head_started.is_none() {
-            self.head_started = Some(std::time::Instant::now());
+            self.head_started = Some(tokio::time::Instant::now());
         }
     }
 

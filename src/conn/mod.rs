@@ -12,9 +12,19 @@
 //! being sent?) and closes the connection when the phase it is in has
 //! lasted too long. A connection with a request in flight is never closed
 //! here: its body has its own timeouts, and a long SSE answer is not idle.
+//!
+//! Every time here is read from tokio's clock (`tokio::time::Instant`, the
+//! sniffer's `head_started` too), the clock the watchdog sleeps on. Outside
+//! a test that is the monotonic clock `std::time::Instant` reads. On a
+//! test's paused clock (`tokio::time::pause`) it is virtual, and so is
+//! every phase here: a deadline read from `std::time::Instant` would pass
+//! only in real time, which a paused runtime's sleeps do not wait for, and
+//! the watchdog would spin until it did.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 pub mod admission;
 pub mod budget;
@@ -130,7 +140,7 @@ pub async fn watchdog(
             Some((at, _)) => at.min(now + tick),
             None => now + tick,
         };
-        tokio::time::sleep_until(wake.into()).await;
+        tokio::time::sleep_until(wake).await;
     }
 }
 
@@ -146,7 +156,10 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock, as the other timer tests here: the watchdog
+    /// reads and sleeps on tokio's clock, so the timeouts are virtual and
+    /// no slow machine can stretch them.
+    #[tokio::test(start_paused = true)]
     async fn a_silent_new_connection_gets_the_head_timeout() {
         let started = Instant::now();
         let phase = watchdog(
@@ -159,7 +172,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_request_in_flight_is_never_timed_out_and_idle_follows_it() {
         let activity = Activity::default();
         let busy = activity.busy();

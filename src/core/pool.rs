@@ -123,7 +123,11 @@ mod tests {
         assert!(pool.run(|| ()).await.is_ok());
     }
 
-    #[tokio::test]
+    /// On tokio's paused clock, moved by hand: the busy count is blocking
+    /// work, and a paused runtime does not move its clock on its own while
+    /// blocking work runs (it could finish at any real moment). `advance`
+    /// passes exactly the wait, however slow the machine.
+    #[tokio::test(start_paused = true)]
     async fn a_request_waiting_too_long_for_a_thread_is_shed() {
         let mut pool = CountPool::new(1, 8);
         pool.max_wait = Duration::from_millis(50);
@@ -135,7 +139,15 @@ mod tests {
         };
         admitted(&pool, 1).await;
         // Room in the queue, but the only thread stays busy past the wait.
-        assert!(matches!(pool.run(|| ()).await, Err(Reason::Overloaded)));
+        let waiting = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.run(|| ()).await })
+        };
+        // Once admitted it waits for the thread: its `max_wait` started in
+        // the poll that admitted it, so `advance` cannot come before it.
+        admitted(&pool, 2).await;
+        tokio::time::advance(pool.max_wait).await;
+        assert!(matches!(waiting.await.unwrap(), Err(Reason::Overloaded)));
         tx.send(()).unwrap();
         assert!(busy.await.unwrap().is_ok());
         assert!(

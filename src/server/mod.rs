@@ -46,6 +46,26 @@ pub struct Listeners {
     pub authz: Option<TcpListener>,
 }
 
+/// Where the proxy port's event loops run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventLoops {
+    /// `io_threads` threads, each with a runtime of its own ([`ProxyLoops`]):
+    /// what [`serve`], and so `prefill-guard serve`, always does.
+    Threads,
+    /// One loop, a task on the caller's runtime, whatever `io_threads` says.
+    ///
+    /// For in-process tests only; no configuration can ask for it
+    /// (`io_threads` must be at least 1). A test on tokio's paused clock
+    /// (`#[tokio::test(start_paused = true)]`) pauses only its own
+    /// runtime's timers: on loops of their own, the proxy port's timeouts
+    /// (the response and client timeouts, the connection watchdog, the
+    /// shutdown grace) would stay on the real clock, out of its reach.
+    /// Sharing the caller's runtime gives up what the threads are for (the
+    /// admin port never waiting behind the proxy's traffic), which a test
+    /// does not need.
+    Caller,
+}
+
 /// Serves `runtime`'s current [`crate::app::App`] on every listener until
 /// `shutdown` resolves, then stops accepting and lets in-flight requests
 /// (SSE streams included) finish for up to `shutdown_grace`; connections
@@ -55,6 +75,17 @@ pub struct Listeners {
 /// admin port, authorization, reloads and signals, so a flood of bodies on
 /// the proxy port never delays a liveness probe behind them.
 pub async fn serve(
+    listeners: Listeners,
+    runtime: Arc<Runtime>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    serve_on(EventLoops::Threads, listeners, runtime, shutdown).await
+}
+
+/// [`serve`] with the proxy port's event loops where `on` says
+/// ([`EventLoops::Caller`] is for tests).
+pub async fn serve_on(
+    on: EventLoops,
     listeners: Listeners,
     runtime: Arc<Runtime>,
     shutdown: impl Future<Output = ()>,
@@ -77,6 +108,7 @@ pub async fn serve(
     }
     let loops = ProxyLoops::start(
         &proxy,
+        on,
         config.io_threads,
         runtime.apps(),
         &connections,
@@ -176,32 +208,57 @@ async fn run_listeners(
 /// from the loop [`run_listeners`] runs for the admin and authorization
 /// ports. Each accepts from the same socket and serves what it accepted to
 /// the end, on a current-thread runtime: no request wakes another thread, as
-/// in Envoy's or nginx's workers.
+/// in Envoy's or nginx's workers. (Or one loop on the caller's runtime,
+/// for tests: [`EventLoops::Caller`].)
 pub struct ProxyLoops {
     drained: Vec<tokio::sync::oneshot::Receiver<()>>,
     release: tokio::sync::watch::Sender<bool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    running: Vec<Running>,
+}
+
+/// One loop of [`ProxyLoops`], to wait for at the end.
+enum Running {
+    Thread(std::thread::JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
 }
 
 impl ProxyLoops {
-    /// Starts `count` loops accepting from `listener` (the proxy socket,
+    /// Starts `count` loops (one, on the caller's runtime, with
+    /// [`EventLoops::Caller`]) accepting from `listener` (the proxy socket,
     /// non-blocking) until `stop` turns true or its sender is dropped; then
     /// they drain like [`run_listeners`].
     pub fn start(
         listener: &std::net::TcpListener,
+        on: EventLoops,
         count: usize,
         apps: Arc<Apps>,
         connections: &Arc<Connections>,
         stop: &tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<Self> {
         let (release, released) = tokio::sync::watch::channel(false);
-        // The loops log where the thread that starts them logs.
-        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         let mut loops = Self {
             drained: Vec::with_capacity(count),
             release,
-            threads: Vec::with_capacity(count),
+            running: Vec::with_capacity(count),
         };
+        if on == EventLoops::Caller {
+            // No thread is marked as an event loop (`proxy::set_event_loop`):
+            // its requests use the upstream pool of every other thread.
+            let (done, drained) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(proxy_loop(
+                listener.try_clone()?,
+                apps,
+                connections.clone(),
+                stop.clone(),
+                done,
+                released,
+            ));
+            loops.drained.push(drained);
+            loops.running.push(Running::Task(task));
+            return Ok(loops);
+        }
+        // The loops log where the thread that starts them logs.
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         for n in 1..=count {
             let listener = listener.try_clone()?;
             let (apps, stopped, released) = (apps.clone(), stop.clone(), released.clone());
@@ -227,7 +284,7 @@ impl ProxyLoops {
                     });
                 })?;
             loops.drained.push(drained);
-            loops.threads.push(thread);
+            loops.running.push(Running::Thread(thread));
         }
         Ok(loops)
     }
@@ -241,8 +298,15 @@ impl ProxyLoops {
             let _ = drained.await;
         }
         let _ = self.release.send(true);
-        for thread in self.threads {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        for running in self.running {
+            match running {
+                Running::Thread(thread) => {
+                    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+                }
+                Running::Task(task) => {
+                    let _ = task.await;
+                }
+            }
         }
     }
 }

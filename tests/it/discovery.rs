@@ -10,12 +10,12 @@
 //! The tests that wait on discovery's own timers and nothing else (its
 //! retries, a 60 s interval) run on a paused clock (`common::clock`). Those
 //! that also send requests through the proxy port stay on the real clock:
-//! the port is served by event loops with runtimes and clocks of their own,
-//! and while a paused test waits for their answer its runtime finds nothing
-//! to do, so its clock would race through discovery rounds (and the admin
-//! port's 30 s idle-connection timer) hundreds of times faster than the
-//! real one, for nothing: a 20 ms interval costs these tests no real time
-//! worth saving.
+//! they wait on no timer of the proxy's, and a 20 ms interval costs them no
+//! real time worth saving. `common::live` serves the proxy port on event
+//! loops of their own, as production does, with clocks a paused test does
+//! not hold: while such a test waited for their answer its clock would race
+//! through discovery rounds (and the admin port's 30 s idle-connection
+//! timer) hundreds of times faster than the real one.
 
 use crate::common;
 

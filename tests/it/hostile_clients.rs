@@ -3,16 +3,29 @@
 //! the bytes they sent, slow request heads and idle keep-alive connections
 //! are closed, and the connection limits refuse the excess, while everyone
 //! else (and the admin port) keeps being served.
+//!
+//! Each timeout scenario also runs in process on tokio's paused clock
+//! (`*_on_a_paused_clock`, `common::clock`), the same code with the same
+//! assertions against the guard served on the test's runtime: there the
+//! timeouts are virtual, so their order cannot depend on the machine's
+//! load. The binary keeps its runs on the real clock: what it shows (the
+//! flags, the process's own event loops) is not in process.
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-use common::{spawn_binary_with_args, start_mock, words, Mock, Spawned, MODEL, PATIENCE};
+use prefill_guard::config::ClientLimits;
+
+use common::{
+    clock, spawn_binary_with_args, start, start_mock, words, Guarded, Mock, Options, Spawned,
+    MODEL, PATIENCE,
+};
 
 struct Guard {
     spawned: Spawned,
@@ -20,6 +33,46 @@ struct Guard {
     listen: String,
     admin: String,
     _dir: tempfile::TempDir,
+}
+
+/// Where a scenario sends its clients: the binary's ports or the
+/// in-process guard's, and the mock behind either.
+struct Ports<'a> {
+    listen: String,
+    admin: String,
+    mock: &'a Mock,
+}
+
+impl Guard {
+    fn ports(&self) -> Ports<'_> {
+        Ports {
+            listen: self.listen.clone(),
+            admin: self.admin.clone(),
+            mock: &self.mock,
+        }
+    }
+}
+
+/// The guard in process, its proxy port on the test's runtime, as the
+/// binary is configured below: the demo model with a limit of 10M tokens
+/// and 32 MiB bodies (the default), `client` limits.
+async fn in_process(client: ClientLimits) -> Guarded {
+    start(Options {
+        limit: 10_000_000,
+        max_body_bytes: 32 * 1024 * 1024,
+        client,
+        on_test_runtime: true,
+        ..Options::default()
+    })
+    .await
+}
+
+fn ports(g: &Guarded) -> Ports<'_> {
+    Ports {
+        listen: g.proxy.to_string(),
+        admin: g.admin.to_string(),
+        mock: &g.mock,
+    }
 }
 
 /// The binary with the demo model (limit 10M tokens: the 1 MB chat fits) and `args`.
@@ -95,6 +148,28 @@ async fn stalled_uploads_time_out_and_hold_only_what_they_sent() {
         "0",
     ])
     .await;
+    stalled_uploads(&g.ports()).await;
+    drop(g.spawned);
+}
+
+/// [`stalled_uploads_time_out_and_hold_only_what_they_sent`] in process, on
+/// a paused clock. The 1 MB chat is decided on the counting pool, blocking
+/// work on the test's runtime, which holds the clock while it runs: the
+/// stalled uploads cannot time out while it is decided.
+#[tokio::test(start_paused = true)]
+async fn stalled_uploads_time_out_and_hold_only_what_they_sent_on_a_paused_clock() {
+    let _ticking = clock::ticking();
+    let g = in_process(ClientLimits {
+        body_idle_timeout: Duration::from_millis(700),
+        max_connections_per_client: 0,
+        ..ClientLimits::default()
+    })
+    .await;
+    stalled_uploads(&ports(&g)).await;
+}
+
+/// With `body_idle_timeout_ms` 700 and no per-client connection limit.
+async fn stalled_uploads(g: &Ports<'_>) {
     // Eight uploads that declare 32 MiB (the body limit) and send a few bytes.
     let started = Instant::now();
     let mut stalled = Vec::new();
@@ -146,7 +221,6 @@ async fn stalled_uploads_time_out_and_hold_only_what_they_sent() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(any, 8.0, "every timed-out upload is counted");
-    drop(g.spawned);
 }
 
 #[tokio::test]
@@ -158,6 +232,27 @@ async fn slow_request_heads_are_closed_while_others_are_served() {
         "0",
     ])
     .await;
+    slow_heads(&g.ports()).await;
+    drop(g.spawned);
+}
+
+/// [`slow_request_heads_are_closed_while_others_are_served`] in process, on
+/// a paused clock: the trickle's pace, the head timeout and the watchdog's
+/// looks are all virtual.
+#[tokio::test(start_paused = true)]
+async fn slow_request_heads_are_closed_while_others_are_served_on_a_paused_clock() {
+    let _ticking = clock::ticking();
+    let g = in_process(ClientLimits {
+        header_read_timeout: Duration::from_millis(800),
+        max_connections_per_client: 0,
+        ..ClientLimits::default()
+    })
+    .await;
+    slow_heads(&ports(&g)).await;
+}
+
+/// With `header_read_timeout_ms` 800 and no per-client connection limit.
+async fn slow_heads(g: &Ports<'_>) {
     let started = Instant::now();
     let mut slow = Vec::new();
     for _ in 0..300 {
@@ -229,7 +324,6 @@ async fn slow_request_heads_are_closed_while_others_are_served() {
     )
     .await;
     assert_eq!(head, 300.0);
-    drop(g.spawned);
 }
 
 #[tokio::test]
@@ -241,6 +335,27 @@ async fn an_idle_keepalive_connection_outlives_the_head_timeout_then_closes() {
         "1500",
     ])
     .await;
+    idle_keepalive(&g.ports()).await;
+    drop(g.spawned);
+}
+
+/// [`an_idle_keepalive_connection_outlives_the_head_timeout_then_closes`]
+/// in process, on a paused clock: the 700 ms pauses and both timeouts are
+/// virtual, so no load can stretch a pause past the idle timeout.
+#[tokio::test(start_paused = true)]
+async fn an_idle_keepalive_connection_outlives_the_head_timeout_then_closes_on_a_paused_clock() {
+    let _ticking = clock::ticking();
+    let g = in_process(ClientLimits {
+        header_read_timeout: Duration::from_millis(300),
+        keepalive_idle_timeout: Duration::from_millis(1500),
+        ..ClientLimits::default()
+    })
+    .await;
+    idle_keepalive(&ports(&g)).await;
+}
+
+/// With `header_read_timeout_ms` 300 and `keepalive_idle_timeout_ms` 1500.
+async fn idle_keepalive(g: &Ports<'_>) {
     let mut s = TcpStream::connect(&g.listen).await.unwrap();
     let body = chat("hello");
     let request = format!(
@@ -271,7 +386,6 @@ async fn an_idle_keepalive_connection_outlives_the_head_timeout_then_closes() {
     )
     .await;
     assert_eq!(idle, 1.0);
-    drop(g.spawned);
 }
 
 #[tokio::test]

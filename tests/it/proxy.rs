@@ -2,6 +2,13 @@
 //!
 //! Token-id inputs count without a tokenizer, so the exact-boundary tests use
 //! them; the text and chat tests need the demo model's tokenizer and template.
+//!
+//! The tests that wait on the proxy's own timers (the response timeout, the
+//! shutdown grace) run on tokio's paused clock with the proxy port on the
+//! test's runtime (`common::clock`): their token-id prompts are counted in
+//! place, so nothing they wait on is off that runtime. The rest wait on no
+//! timer of the guard's and keep the proxy on event loops of its own, as
+//! production serves it.
 
 use crate::common;
 
@@ -17,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use common::{
-    ids, sample, start, start_with_dead_upstream, words, Guarded, Options, MODEL, PATIENCE,
+    clock, ids, sample, start, start_with_dead_upstream, words, Guarded, Options, MODEL, PATIENCE,
 };
 
 const LIMIT: usize = 8;
@@ -473,10 +480,14 @@ async fn an_admitted_target_too_long_for_upstream_is_refused() {
     assert!(!m.contains("prefill_guard_upstream_errors_total{"), "{m}");
 }
 
-#[tokio::test]
+/// On a paused clock: the 300 ms timeout and the mock's 30 s delay are
+/// both virtual, so no load can change which ends first.
+#[tokio::test(start_paused = true)]
 async fn upstream_slower_than_the_response_timeout_is_504() {
+    let _ticking = clock::ticking();
     let g = start(Options {
         response_timeout: Duration::from_millis(300),
+        on_test_runtime: true,
         ..Options::default()
     })
     .await;
@@ -658,11 +669,16 @@ async fn not_ready_and_refusing_until_a_limit_is_known() {
 /// `scripts/install-test-deps.sh`) accepts the exposition, with every metric
 /// family populated. Skipped when promtool is missing, except under CI (`CI`
 /// set) or with `PROMTOOL_REQUIRED`, where a missing promtool fails.
-#[tokio::test]
+///
+/// On a paused clock, for its 504 (as `upstream_slower_than_the_response_timeout_is_504`);
+/// promtool runs synchronously, holding the runtime and its clock.
+#[tokio::test(start_paused = true)]
 async fn metrics_pass_promtool() {
+    let _ticking = clock::ticking();
     let g = start(Options {
         limit: LIMIT,
         response_timeout: Duration::from_millis(300),
+        on_test_runtime: true,
         ..Options::default()
     })
     .await;
@@ -728,10 +744,14 @@ async fn shutdown_drains_an_open_stream() {
     done.unwrap();
 }
 
-#[tokio::test]
+/// On a paused clock: the 200 ms grace, the endless stream's 20 ms pace
+/// and the waits are all virtual.
+#[tokio::test(start_paused = true)]
 async fn shutdown_gives_up_on_streams_after_the_grace() {
+    let _ticking = clock::ticking();
     let mut g = start(Options {
         shutdown_grace: Duration::from_millis(200),
+        on_test_runtime: true,
         ..Options::default()
     })
     .await;

@@ -5,7 +5,9 @@
 //! process still exits within it.
 //!
 //! The only timing assertion is that bound: the exit comes before the grace
-//! (plus `PATIENCE` of slack where the grace is meant to expire).
+//! (plus `PATIENCE` of slack where the grace is meant to expire). It is the
+//! process's own clock, so these stay on the real one; the drain and the
+//! grace in process are `proxy::shutdown_*`, the grace on a paused clock.
 
 use crate::common;
 

@@ -4,18 +4,25 @@
 //! stalls, and bursts of 5xx. Each has the client-visible outcome a client
 //! can act on (a 502/504, an SSE error event, a cut connection: never a
 //! hang), and no request ever reaches the upstream twice.
+//!
+//! The two faults that only a timeout ends (a router that stops reading, a
+//! stream that stalls) also run in process on tokio's paused clock
+//! (`*_on_a_paused_clock`, `common::clock`): the same code and assertions
+//! against the guard served on the test's runtime, where the response and
+//! idle timeouts are virtual. The binary keeps its runs on the real clock.
 
 use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
-use common::{spawn_binary_with_args, Spawned, MODEL, PATIENCE};
+use common::{clock, spawn_binary_with_args, start, Guarded, Options, Spawned, MODEL, PATIENCE};
 
 /// What the upstream does with each request.
 #[derive(Clone, Copy, Debug)]
@@ -148,6 +155,11 @@ struct Guard {
     _dir: tempfile::TempDir,
 }
 
+/// The real binary in front of `upstream`. The limit is 100M tokens: the
+/// 2M-word prompt's upper bound then decides it in milliseconds, where
+/// counting it exactly takes seconds of CPU at the counting threads' lowered
+/// priority, which on a loaded machine ran past the 504 test's bound. What is
+/// counted, and how, is not what these tests are about.
 async fn guard(upstream: &str, args: &[&str]) -> Guard {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model");
@@ -157,7 +169,7 @@ async fn guard(upstream: &str, args: &[&str]) -> Guard {
         &config,
         format!(
             "upstream = \"http://{upstream}\"\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\nmax_req_input_len = 10000000\n",
+             log_format = \"json\"\nname = \"{MODEL}\"\ntokenizer = {:?}\nmax_req_input_len = 100000000\n",
             model.display().to_string(),
         ),
     )
@@ -174,14 +186,28 @@ async fn guard(upstream: &str, args: &[&str]) -> Guard {
     }
 }
 
+/// The guard in process in front of `up`, its proxy port on the test's
+/// runtime, configured as the binary is above (32 MiB bodies, a 100M-token
+/// limit), with `opts` for the rest.
+async fn in_process(up: &Upstream, opts: Options) -> Guarded {
+    start(Options {
+        upstream: Some(format!("http://{}", up.addr)),
+        limit: 100_000_000,
+        max_body_bytes: 32 * 1024 * 1024,
+        on_test_runtime: true,
+        ..opts
+    })
+    .await
+}
+
 fn chat(stream: bool, content: &str) -> String {
     json!({"model": MODEL, "stream": stream, "messages": [{"role": "user", "content": content}]})
         .to_string()
 }
 
-async fn post(g: &Guard, body: String) -> reqwest::Response {
+async fn post(listen: &str, body: String) -> reqwest::Response {
     reqwest::Client::new()
-        .post(format!("http://{}/v1/chat/completions", g.listen))
+        .post(format!("http://{listen}/v1/chat/completions"))
         .header("content-type", "application/json")
         .body(body)
         .send()
@@ -195,7 +221,7 @@ async fn a_refused_connection_is_a_502() {
     let addr = closed.local_addr().unwrap().to_string();
     drop(closed);
     let g = guard(&addr, &[]).await;
-    let r = post(&g, chat(false, "hello")).await;
+    let r = post(&g.listen, chat(false, "hello")).await;
     assert_eq!(r.status(), 502);
     let body: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
     assert_eq!(body["error"]["code"], "upstream_unavailable");
@@ -211,7 +237,7 @@ async fn a_refused_connection_is_a_502() {
 async fn a_reset_mid_body_cuts_the_client_and_a_reset_mid_stream_ends_it_with_an_error_event() {
     let up = upstream(Fault::ResetMidBody).await;
     let g = guard(&up.addr, &[]).await;
-    let r = post(&g, chat(false, "hello")).await;
+    let r = post(&g.listen, chat(false, "hello")).await;
     assert_eq!(r.status(), 200, "the headers had arrived");
     assert!(
         r.bytes().await.is_err(),
@@ -222,7 +248,7 @@ async fn a_reset_mid_body_cuts_the_client_and_a_reset_mid_stream_ends_it_with_an
 
     let up = upstream(Fault::ResetMidStream).await;
     let g = guard(&up.addr, &[]).await;
-    let r = post(&g, chat(true, "hello")).await;
+    let r = post(&g.listen, chat(true, "hello")).await;
     assert_eq!(r.status(), 200);
     let text = tokio::time::timeout(PATIENCE, r.text())
         .await
@@ -240,21 +266,69 @@ async fn a_reset_mid_body_cuts_the_client_and_a_reset_mid_stream_ends_it_with_an
 async fn a_router_that_stops_reading_is_a_504_within_the_response_timeout() {
     let up = upstream(Fault::StopReading).await;
     let g = guard(&up.addr, &["--upstream-response-timeout-secs", "2"]).await;
+    router_stops_reading(&g.listen, &up).await;
+    drop(g.spawned);
+}
+
+/// [`a_router_that_stops_reading_is_a_504_within_the_response_timeout`] in
+/// process, on a paused clock. The 12 MB prompt is decided on the counting
+/// pool, blocking work on the test's runtime that holds the clock while it
+/// runs; the 2 s the guard then waits on a blocked write are virtual.
+#[tokio::test(start_paused = true)]
+async fn a_router_that_stops_reading_is_a_504_within_the_response_timeout_on_a_paused_clock() {
+    let _ticking = clock::ticking();
+    let up = upstream(Fault::StopReading).await;
+    let g = in_process(
+        &up,
+        Options {
+            response_timeout: Duration::from_secs(2),
+            ..Options::default()
+        },
+    )
+    .await;
+    router_stops_reading(&g.proxy.to_string(), &up).await;
+}
+
+/// With `upstream_response_timeout_secs` 2.
+async fn router_stops_reading(listen: &str, up: &Upstream) {
     // Larger than the socket buffers: the guard's write blocks too.
     let started = Instant::now();
-    let r = post(&g, chat(false, &common::words(2_000_000))).await;
+    let r = post(listen, chat(false, &common::words(2_000_000))).await;
     assert_eq!(r.status(), 504);
     assert!(started.elapsed() < Duration::from_secs(2) + PATIENCE);
     assert_eq!(up.heads.load(Ordering::SeqCst), 1);
-    drop(g.spawned);
 }
 
 #[tokio::test]
 async fn a_stream_that_stalls_ends_with_an_error_event_after_the_idle_timeout() {
     let up = upstream(Fault::StallStream).await;
     let g = guard(&up.addr, &["--upstream-idle-timeout-secs", "1"]).await;
+    stalled_stream(&g.listen, &up).await;
+    drop(g.spawned);
+}
+
+/// [`a_stream_that_stalls_ends_with_an_error_event_after_the_idle_timeout`]
+/// in process, on a paused clock: the idle timeout and the upstream's
+/// silence are virtual.
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_stalls_ends_with_an_error_event_after_the_idle_timeout_on_a_paused_clock() {
+    let _ticking = clock::ticking();
+    let up = upstream(Fault::StallStream).await;
+    let g = in_process(
+        &up,
+        Options {
+            upstream_idle_timeout: Some(Duration::from_secs(1)),
+            ..Options::default()
+        },
+    )
+    .await;
+    stalled_stream(&g.proxy.to_string(), &up).await;
+}
+
+/// With `upstream_idle_timeout_secs` 1.
+async fn stalled_stream(listen: &str, up: &Upstream) {
     let started = Instant::now();
-    let r = post(&g, chat(true, "hello")).await;
+    let r = post(listen, chat(true, "hello")).await;
     assert_eq!(r.status(), 200);
     let text = tokio::time::timeout(PATIENCE * 2, r.text())
         .await
@@ -263,7 +337,6 @@ async fn a_stream_that_stalls_ends_with_an_error_event_after_the_idle_timeout() 
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert!(text.contains("upstream_idle_timeout_secs"), "{text}");
     assert_eq!(up.heads.load(Ordering::SeqCst), 1);
-    drop(g.spawned);
 }
 
 #[tokio::test]
@@ -271,7 +344,7 @@ async fn a_burst_of_5xx_is_passed_through_and_never_retried() {
     let up = upstream(Fault::Unavailable).await;
     let g = guard(&up.addr, &[]).await;
     for _ in 0..20 {
-        let r = post(&g, chat(false, "hello")).await;
+        let r = post(&g.listen, chat(false, "hello")).await;
         assert_eq!(r.status(), 503);
         let body: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
         assert_eq!(

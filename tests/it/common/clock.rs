@@ -8,16 +8,33 @@
 //!
 //! Only the timers of the test's own runtime are virtual. The harness runs
 //! discovery, reloads, the admin port, the gRPC listener and the mocks
-//! there; the proxy port it does not: `server::ProxyLoops` serves it on
-//! event loops of their own (threads with their own runtimes, on the real
-//! clock), so the response timeout, the client timeouts, the watchdog and
-//! the shutdown grace of the proxy port stay real, as does all of a spawned
-//! binary. A paused test must not wait on those: while it waits, its runtime
-//! finds nothing to do and its clock runs ahead of the real one, firing its
-//! own timeouts (`PATIENCE`, a mock's delay) before the real ones.
+//! there, and the proxy port too when the test asks
+//! (`Options::on_test_runtime`: `server::EventLoops::Caller`, one event
+//! loop as a task of the test). Every timer of the proxy port is tokio's
+//! (the response and upstream idle timeouts, the body, head and keep-alive
+//! timeouts of `conn`, the shutdown grace), so there they are virtual too.
+//! Without that option `server::ProxyLoops` serves the port on event loops
+//! of their own, as in production (threads with their own runtimes, on the
+//! real clock), and all of a spawned binary is on the real clock. A paused
+//! test must not wait on those: while it waits, its runtime finds nothing
+//! to do and its clock runs ahead of the real one, firing its own timeouts
+//! (`PATIENCE`, a mock's delay) before the real ones.
 //!
-//! Blocking work (`spawn_blocking`, the counting pool) stops the clock
-//! while it runs: a paused runtime never jumps past a count in progress.
+//! Blocking work started on the test's runtime (`spawn_blocking`, so the
+//! counting pool, which waits for its rayon threads inside it) stops the
+//! clock while it runs (tokio inhibits auto-advance until it is done): a
+//! paused runtime never jumps past a count in progress. That holds the other way too: a timeout meant to end a wait
+//! *on* blocking work never fires by itself, and such a test moves the
+//! clock by hand (`tokio::time::advance`; `core::pool`'s own test). On the
+//! test's runtime a small prompt is counted in place, by its bound, when
+//! that decides it, and anything else (over `core::INLINE_MAX_BYTES`, or
+//! needing an exact count) goes to the pool. Work on any other thread or
+//! process stops the clock only by blocking the runtime's own thread: a
+//! child process run synchronously (`promtool`) does, one awaited does not.
+//!
+//! With the proxy on the test's runtime, both ends of every socket of an
+//! in-process test are on that one thread; [`ticking`] still covers bytes
+//! a loaded kernel is slow to deliver.
 
 use std::time::Duration;
 

@@ -277,6 +277,13 @@ pub struct Options {
     /// `sglang_version`: the tests check 0.5.23's semantics unless they say
     /// otherwise; `None` is a guard that may be in front of any release.
     pub sglang_version: Option<&'static str>,
+    /// `upstream_idle_timeout_secs`, to the millisecond (the default unless set).
+    pub upstream_idle_timeout: Option<Duration>,
+    /// Serve the proxy port on the test's own runtime
+    /// (`server::EventLoops::Caller`) instead of on event loops of its own,
+    /// as production does. A test on tokio's paused clock needs it for the
+    /// proxy's timers to be on that clock (`clock`).
+    pub on_test_runtime: bool,
 }
 
 impl Default for Options {
@@ -293,6 +300,8 @@ impl Default for Options {
             media: MediaBounds::default(),
             grpc: false,
             sglang_version: Some("0.5.23"),
+            upstream_idle_timeout: None,
+            on_test_runtime: false,
         }
     }
 }
@@ -334,8 +343,9 @@ pub fn demo_guard_with_media(
 /// The guard as `serve` runs it (`server::serve` over a `reload::Runtime`,
 /// the configuration from the same resolver as a file's), on `127.0.0.1:0`,
 /// in front of the mock. The settings a file states in whole seconds
-/// (`response_timeout`, `shutdown_grace`) and the client limits are set on
-/// the resolved configuration, as sub-second values the tests need.
+/// (`response_timeout`, `upstream_idle_timeout`, `shutdown_grace`) and the
+/// client limits are set on the resolved configuration, as sub-second
+/// values the tests need.
 pub async fn start(opts: Options) -> Guarded {
     let mock = start_mock().await;
     let dir = tempfile::tempdir().unwrap();
@@ -375,6 +385,9 @@ pub async fn start(opts: Options) -> Guarded {
     };
     let mut config = source.load().unwrap();
     config.upstream_response_timeout = opts.response_timeout;
+    if let Some(idle) = opts.upstream_idle_timeout {
+        config.upstream_idle_timeout = idle;
+    }
     config.shutdown_grace = opts.shutdown_grace;
     config.client = opts.client;
     let runtime = Runtime::start(config, source).await.unwrap();
@@ -403,7 +416,12 @@ pub async fn start(opts: Options) -> Guarded {
     );
     let grpc = listeners.grpc.as_ref().map(|l| l.local_addr().unwrap());
     let (tx, rx) = oneshot::channel::<()>();
-    let server = tokio::spawn(server::serve(listeners, runtime, async {
+    let loops = if opts.on_test_runtime {
+        server::EventLoops::Caller
+    } else {
+        server::EventLoops::Threads
+    };
+    let server = tokio::spawn(server::serve_on(loops, listeners, runtime, async {
         let _ = rx.await;
     }));
     Guarded {
