@@ -4,13 +4,17 @@
 # proxy and admin ports, and that it stops cleanly (exit 0) on SIGTERM within
 # its shutdown grace. Without a usable podman it runs the same checks on the
 # bare binary and says so.
+# Usage: scripts/image-smoke.sh [--build-only]
+#   --build-only  build the static binary and stop (scripts/test.sh builds it
+#                 while the fuzz targets run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$TARGET_DIR/image-smoke
 GRACE=5
-rm -rf "$WORK/ctx" && mkdir -p "$WORK/ctx"
+build_only=""
+[ "${1:-}" != --build-only ] || build_only=1
 
 # --- the static binary ---------------------------------------------------------
 # musl when rustup has (or can fetch) the target; else glibc with crt-static.
@@ -26,6 +30,8 @@ else
   RUSTFLAGS="-C target-feature=+crt-static" cargo build --quiet --locked --release --target "$TARGET" --bin prefill-guard
 fi
 BIN=$TARGET_DIR/$TARGET/release/prefill-guard
+[ -z "$build_only" ] || exit 0
+rm -rf "$WORK/ctx" && mkdir -p "$WORK/ctx"
 if ldd "$BIN" >/dev/null 2>&1 && ! ldd "$BIN" 2>&1 | grep -q 'statically linked'; then
   echo "image-smoke: $BIN is dynamically linked" >&2
   exit 1

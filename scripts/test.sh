@@ -63,7 +63,18 @@ cargo test --all-targets --locked --no-run --message-format=json-render-diagnost
 # compile at the lowest CPU priority, on what the tests leave idle.
 nice -n 19 ./scripts/fuzz.sh --build-only >target/fuzz-build.log 2>&1 &
 fuzz_build=$!
-trap 'pkill -TERM -P "$fuzz_build" 2>/dev/null; kill "$fuzz_build" 2>/dev/null || true; [ -z "$fixtures_missing" ] || echo "$fixtures_missing" >&2' EXIT
+background=("$fuzz_build")
+# Under `set -e` a failing command in the trap would become the exit status.
+stop_background() {
+  local pid
+  for pid in "${background[@]}"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+  done
+  if [ -n "$fixtures_missing" ]; then echo "$fixtures_missing" >&2; fi
+  return 0
+}
+trap stop_background EXIT
 python3 scripts/run-tests.py <target/test-binaries.json
 df -h . | sed 's/^/disk: /' >&2
 if ! wait "$fuzz_build"; then
@@ -71,10 +82,21 @@ if ! wait "$fuzz_build"; then
   echo "test: building the fuzz targets failed" >&2
   exit 1
 fi
+# The container smoke test's static release binary (validate-deploy) builds
+# at the lowest priority meanwhile: five fuzz targets on two cores leave one
+# idle for the last round, and the end-to-end run waits on sockets.
+nice -n 19 ./scripts/image-smoke.sh --build-only >target/image-build.log 2>&1 &
+image_build=$!
+background+=("$image_build")
 # Every fuzz target for 60 s (nightly + cargo-fuzz); a crash or panic fails.
 ./scripts/fuzz.sh --seconds "${FUZZ_SECONDS:-60}"
 # The end-to-end run takes the binary the integration tests ran against: a
 # plain `cargo build` would compile the dependency tree again without the
 # test-only features (tokio's test-util), minutes for the same program.
 PREFILL_GUARD_BIN="$PWD/target/debug/prefill-guard" ./scripts/e2e.sh
+if ! wait "$image_build"; then
+  cat target/image-build.log >&2
+  echo "test: building the static binary for the container smoke test failed" >&2
+  exit 1
+fi
 ./scripts/validate-deploy.sh
