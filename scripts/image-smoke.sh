@@ -20,7 +20,7 @@ build_only=""
 # musl when rustup has (or can fetch) the target; else glibc with crt-static.
 # LTO off: this is a smoke build, and it must stay a few minutes on 2 cores.
 export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl \
+if rustup target list --installed 2>/dev/null | grep -x x86_64-unknown-linux-musl >/dev/null \
    || rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1; then
   TARGET=x86_64-unknown-linux-musl
   cargo build --quiet --locked --release --target "$TARGET" --bin prefill-guard
@@ -32,7 +32,7 @@ fi
 BIN=$TARGET_DIR/$TARGET/release/prefill-guard
 [ -z "$build_only" ] || exit 0
 rm -rf "$WORK/ctx" && mkdir -p "$WORK/ctx"
-if ldd "$BIN" >/dev/null 2>&1 && ! ldd "$BIN" 2>&1 | grep -q 'statically linked'; then
+if ldd "$BIN" >/dev/null 2>&1 && ! ldd "$BIN" 2>&1 | grep 'statically linked' >/dev/null; then
   echo "image-smoke: $BIN is dynamically linked" >&2
   exit 1
 fi
@@ -71,7 +71,9 @@ wait_http() {
 checks() {
   wait_http "http://127.0.0.1:$ADMIN/healthz"
   wait_http "http://127.0.0.1:$ADMIN/readyz"
-  curl -fsS "http://127.0.0.1:$ADMIN/metrics" | grep -q '^prefill_guard_build_info{'
+  # grep without -q reads to the end: under pipefail, one that stops at the
+  # match can fail the pipeline (the writer's SIGPIPE).
+  curl -fsS "http://127.0.0.1:$ADMIN/metrics" | grep '^prefill_guard_build_info{' >/dev/null
   local over code
   over='{"model":"demo","messages":[{"role":"user","content":"hello big world"}]}'
   code=$(curl -s -o "$WORK/over.json" -w '%{http_code}' "http://127.0.0.1:$PROXY/v1/chat/completions" \
@@ -81,7 +83,7 @@ checks() {
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PROXY/v1/chat/completions" \
     -H 'content-type: application/json' -d '{"model":"demo","messages":[{"role":"user","content":"hello world"}]}')
   [ "$code" = 502 ] || { echo "image-smoke: allowed prompt got $code, expected 502 (no upstream)" >&2; return 1; }
-  curl -fsS "http://127.0.0.1:$ADMIN/metrics" | grep -q 'prefill_guard_rejections_total{.*reason="context_length_exceeded"} 1'
+  curl -fsS "http://127.0.0.1:$ADMIN/metrics" | grep 'prefill_guard_rejections_total{.*reason="context_length_exceeded"} 1' >/dev/null
   echo "image-smoke: answers on proxy :$PROXY (400 over the limit, 502 without upstream) and admin :$ADMIN"
 }
 
@@ -117,7 +119,10 @@ if podman_ok; then
   podman stop --time $((GRACE * 3)) "$NAME" >/dev/null
   took=$(python3 -c "print(round($(date +%s.%N) - $start, 2))")
   exit_code=$(podman inspect --format '{{.State.ExitCode}}' "$NAME")
-  podman logs "$NAME" 2>&1 | grep -q 'shutting down' || { podman logs "$NAME" >&2; exit 1; }
+  # Read whole, then searched: `podman logs | grep -q` under pipefail fails
+  # when grep stops reading at the match and podman gets SIGPIPE.
+  logs=$(podman logs "$NAME" 2>&1)
+  grep -q 'shutting down' <<<"$logs" || { echo "$logs" >&2; exit 1; }
   [ "$exit_code" = 0 ] || { echo "image-smoke: exit code $exit_code after SIGTERM" >&2; exit 1; }
   python3 -c "import sys; sys.exit(0 if $took <= $GRACE else 1)" \
     || { echo "image-smoke: stop took ${took}s, grace is ${GRACE}s" >&2; exit 1; }
