@@ -46,8 +46,10 @@ def without_tests(text: str) -> str:
 def expand_use(tree: str) -> list[str]:
     """`a::{b, c::{d, e}}` → [`a::b`, `a::c::d`, `a::c::e`] (aliases and
     globs dropped: the module is what matters)."""
+    # Aliases first, while `as` is still a word of its own: the module is
+    # what the path names, whatever it is called here.
+    tree = re.sub(rf"\s+as\s+{IDENT}", "", tree)
     tree = re.sub(r"\s+", "", tree)
-    tree = re.sub(rf"\bas{IDENT}", "", tree.replace(" as ", "as"))
     i = tree.find("{")
     if i < 0:
         return [tree.removesuffix("::*")]
