@@ -13,7 +13,7 @@
 # what earlier runs on this machine found (fuzz/corpus/<target>, not kept in
 # git). A crash leaves its input in fuzz/artifacts/<target>/: fix the bug,
 # then copy the input into fuzz/regressions/<target>/, where
-# tests/it/fuzz_regressions.rs replays it in every `cargo test`.
+# crates/inspect/tests/inspect/fuzz_regressions.rs replays it in every `cargo test`.
 #
 # Needs the nightly toolchain (rustup) and cargo-fuzz, which it installs
 # (pinned) if missing. The extract and template targets read the fixtures
@@ -113,6 +113,6 @@ done
 printf '%s\n' "${summary[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: ${failed[*]} failed: the input is in fuzz/artifacts/<target>/ (logs: fuzz/logs/<target>.log)." >&2
-  echo "fuzz: once fixed, copy it into fuzz/regressions/<target>/ so tests/it/fuzz_regressions.rs replays it." >&2
+  echo "fuzz: once fixed, copy it into fuzz/regressions/<target>/ so crates/inspect/tests/inspect/fuzz_regressions.rs replays it." >&2
   exit 1
 fi

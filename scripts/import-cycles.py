@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Lists import cycles between modules at every depth, in each crate of the
-workspace (the guard, `src/`, and the counting core, `crates/count/src/`).
+workspace (the guard, `src/`, the counting core, `crates/count/src/`, and
+request inspection, `crates/inspect/src/`).
 
 A module is a file (or an inline `mod name { ... }`); a use is any
 `crate::`, `super::` or `self::` path (use trees expanded), resolved to the
@@ -20,7 +21,11 @@ import sys
 from rust_source import blank_literals, block_end
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRATES = {"guard": ROOT / "src", "count": ROOT / "crates" / "count" / "src"}
+CRATES = {
+    "guard": ROOT / "src",
+    "count": ROOT / "crates" / "count" / "src",
+    "inspect": ROOT / "crates" / "inspect" / "src",
+}
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 MOD_DECL = re.compile(rf"(?m)^[ \t]*(?:pub(?:\([^)]*\))?\s+)?mod\s+({IDENT})\s*(;|\{{)")

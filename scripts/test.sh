@@ -5,7 +5,9 @@
 # Usage: scripts/test.sh           everything (fuzzing, e2e, deploy checks too)
 #        scripts/test.sh --quick   fmt, the layout check, clippy, the unit tests
 #                                  and the golden counts (goldens, profiles,
-#                                  every release): the loop while changing code
+#                                  every release, properties and fuzz inputs
+#                                  of the inspection crate): the loop while
+#                                  changing code
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,12 +51,16 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 if [ -n "$quick" ]; then
   cargo test --locked --lib
-  cargo test --locked --test it -- goldens:: profiles:: releases::
+  # The goldens and every release, counted as the guard receives requests
+  # (inspection's test binary), and the profiles through the real binary.
+  cargo test --locked -p prefill-guard-inspect --test inspect
+  cargo test --locked --test it -- profiles::
   exit 0
 fi
 
-# The guard and its counting core (the workspace's default members): unit
-# tests, the one integration-test binary of each crate, benches as tests.
+# The guard, its counting core and its inspection crate (the workspace's
+# default members): unit tests, the one integration-test binary of each
+# crate, benches as tests.
 # Built once, then run by scripts/run-tests.py: the binaries side by side
 # (cargo would run them one after another), each as cargo runs it.
 mkdir -p target

@@ -7,6 +7,7 @@ use http::StatusCode;
 use serde_json::json;
 
 use crate::count::CountError;
+use crate::inspect::Refusal;
 use crate::route::ErrorShape;
 use crate::route::Route;
 
@@ -117,6 +118,21 @@ pub const LABELS: &[&str] = &[
     "upstream_timeout",
     "internal_error",
 ];
+
+impl From<Refusal> for Reason {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::InvalidJson(m) => Reason::InvalidJson(m),
+            Refusal::DuplicateKey(k) => Reason::DuplicateKey(k),
+            Refusal::InvalidRequest { message, param } => Reason::InvalidRequest { message, param },
+            Refusal::Unmeasurable(m) => Reason::Unmeasurable(m),
+            Refusal::RouteNotAllowed { path } => Reason::RouteNotAllowed { path },
+            Refusal::MethodNotAllowed { method, path } => Reason::MethodNotAllowed { method, path },
+            Refusal::BadPath(m) => Reason::BadPath(m),
+            Refusal::Count(e) => Reason::from(e),
+        }
+    }
+}
 
 impl From<CountError> for Reason {
     fn from(e: CountError) -> Self {

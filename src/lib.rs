@@ -7,7 +7,7 @@
 //! and ext_proc adapters), over `conn` (connection admission, framing,
 //! client timeouts, body budget) → `core` (the decision core every adapter shares: the
 //! request-level step, then the body-level `Guard`: `inspect` (HTTP request
-//! → prompt units, or a refusal) → `count` (units → token counts: the crate
+//! → prompt units, or a refusal: the crate `crates/inspect`) → `count` (units → token counts: the crate
 //! `crates/count`, which has no HTTP dependency) → `policy` (counts + limit → verdict), and one `Record` per
 //! request, returned with each step's verdict, for metrics and the decision
 //! log; `policy::sample` checks a share of the counts against the server's
@@ -35,7 +35,6 @@ pub mod demo;
 pub mod errors;
 pub mod ext;
 pub mod hub;
-pub mod inspect;
 pub mod load;
 pub mod logging;
 pub mod metrics;
@@ -56,3 +55,7 @@ pub use prefill_guard_count as count;
 /// The route table, part of the counting core: how a body is counted
 /// depends on the SGLang entrypoint it is sent to.
 pub use prefill_guard_count::route;
+/// Request inspection, a crate of its own (`crates/inspect`): HTTP request
+/// → route and prompt units, or a [`inspect::Refusal`] (`errors::Reason`
+/// takes it), with no I/O among its dependencies.
+pub use prefill_guard_inspect as inspect;

@@ -210,12 +210,12 @@ async fn verify_file(
     };
     let value = match strict_json::parse_strict(&body) {
         Ok(v) => Arc::new(v),
-        Err(r) => return vec![error_row(forced_route, describe(&r))],
+        Err(r) => return vec![error_row(forced_route, describe(&r.into()))],
     };
     let route = forced_route.unwrap_or_else(|| Route::detect(&value));
     let request = match inspect::extract(route, value.clone()) {
         Ok(r) => r,
-        Err(r) => return vec![error_row(Some(route), describe(&r))],
+        Err(r) => return vec![error_row(Some(route), describe(&r.into()))],
     };
     let batch = request.units.len() > 1;
     let mut rows = Vec::with_capacity(request.units.len());

@@ -2,7 +2,7 @@
 //! panics when its property fails; an input that makes one panic is a bug.
 //!
 //! This file is compiled twice: into the fuzz crate (`fuzz/src/lib.rs`) and
-//! into `tests/it/fuzz_regressions.rs`, which replays every input under
+//! into `crates/inspect/tests/inspect/fuzz_regressions.rs`, which replays every input under
 //! `fuzz/seeds/` and `fuzz/regressions/` on stable Rust in the ordinary test
 //! run. A fuzz finding is fixed once and kept as a regression test.
 //!
@@ -15,16 +15,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use prefill_guard::conn::framing::Sniffer;
-use prefill_guard::inspect::json::{canonical, parse_strict};
-use prefill_guard::inspect::path::canonical_path;
-use prefill_guard::inspect::{extract as extract_units, Route};
 use prefill_guard_count::model::CheckpointTemplates;
 use prefill_guard_count::py::json_loads;
 use prefill_guard_count::template::RenderContext;
 use prefill_guard_count::{
     ChatTemplate, Clock, CountMethod, CountPolicy, ModelCounter, TokenizerClass, TokenizerConfig,
 };
+use prefill_guard_inspect::framing::Sniffer;
+use prefill_guard_inspect::json::{canonical, parse_strict};
+use prefill_guard_inspect::path::canonical_path;
+use prefill_guard_inspect::{extract as extract_units, Route};
 use serde_json::{json, Map, Value};
 
 /// The fixture directory (`PREFILL_GUARD_SHARED`, else `../shared` beside the repo).

@@ -1,5 +1,5 @@
 //! Shared by the fuzz targets: the properties they check (`checks.rs`, also
-//! replayed by `tests/it/fuzz_regressions.rs`) and the fixtures they load once.
+//! replayed by `crates/inspect/tests/inspect/fuzz_regressions.rs`) and the fixtures they load once.
 
 pub mod checks;
 

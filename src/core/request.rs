@@ -21,7 +21,7 @@ impl Gate {
     pub fn classify(&self, head: &Head<'_>, mode: Mode) -> Outcome<RouteClass> {
         let canonical = match path::canonical_path(head.target) {
             Ok(canonical) => canonical,
-            Err(reason) => return Outcome::refused(Record::new(mode), reason),
+            Err(refusal) => return Outcome::refused(Record::new(mode), refusal.into()),
         };
         let record = Record {
             route: Route::from_path(&canonical),

@@ -34,22 +34,7 @@ use serde_json::Value;
 use crate::count::release::{Release, Releases};
 use crate::count::serving::{setting, show, Handling, Observed};
 
-/// What a request asks of the server beyond its prompt (read from the
-/// body by `inspect::features`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Features {
-    /// A field a client must not choose, named (`rid`, `bootstrap_room`, ...).
-    pub client_control: Option<&'static str>,
-    /// `return_sampling_mask` set (scheduler S1-S4).
-    pub sampling_mask: bool,
-    /// `return_hidden_states` set (D1).
-    pub hidden_states: bool,
-    /// `return_logprob` (or OpenAI's `logprobs`) set: 0.5.11's DFLASH
-    /// rejects it at intake.
-    pub logprob: bool,
-    /// What compiles a grammar on the server (G1-G4), named.
-    pub grammar: Option<&'static str>,
-}
+use crate::inspect::features::Features;
 
 /// `/server_info` keys compared between a prefill and a decode worker,
 /// beyond the prompt-building settings of `count::serving::SETTINGS`, and

@@ -67,7 +67,7 @@
 //! at `L >= max_req_input_len`, read from the prefill worker, counted as
 //! the release it reports builds prompts); that the count itself equals
 //! SGLang's is pinned elsewhere, by the golden tests against real
-//! tokenizers (`tests/it/goldens.rs`).
+//! tokenizers (`crates/inspect/tests/inspect/goldens.rs`).
 //!
 //! Not modelled: `n > 1` (refused), media, sessions, logprobs, and any
 //! sampling: the "model" is deterministic.

@@ -69,7 +69,8 @@ impl SimModel {
     /// own `input_ids`, which the worker takes as they are while the guard
     /// counts the larger of them and the messages.
     pub fn prompts(&self, route: Route, body: Arc<Value>) -> Result<Vec<Vec<u32>>, String> {
-        let request = inspect::extract(route, body.clone()).map_err(|r| r.message(Some(route)))?;
+        let request = inspect::extract(route, body.clone())
+            .map_err(|r| crate::errors::Reason::from(r).message(Some(route)))?;
         let given = given_ids(route, &body, self.release.chat_input_ids());
         let mut out = Vec::with_capacity(request.units.len());
         for (i, unit) in request.units.iter().enumerate() {

@@ -1,7 +1,9 @@
 //! The guard's integration tests, one binary (one link, one process whose
 //! tests run in parallel): each module is one area, most of them the real
 //! guard on `127.0.0.1:0` in front of mock SGLang servers speaking HTTP.
-//! The counting core's own integration tests are `crates/count/tests/`.
+//! The counting core's own integration tests are `crates/count/tests/`,
+//! request inspection's (the golden and every-release counts, the fuzz
+//! inputs replayed) `crates/inspect/tests/`.
 #![allow(
     clippy::unwrap_used,
     reason = "tests and their helpers assert by unwrapping; a panic is a failed test"
@@ -24,8 +26,6 @@ mod examples;
 mod ext_authz_grpc;
 mod ext_authz_http;
 mod ext_proc;
-mod fuzz_regressions;
-mod goldens;
 mod hostile_clients;
 mod hub;
 mod logs;
@@ -34,9 +34,7 @@ mod multimodal;
 mod pd;
 mod pd_sim;
 mod profiles;
-mod properties;
 mod proxy;
-mod releases;
 mod reload;
 mod routes_chat;
 mod runtime;

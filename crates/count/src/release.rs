@@ -8,7 +8,7 @@
 //! releases). The boundaries come from reading every release's code
 //! (0.4.5 to 0.5.23, `pip download --no-deps sglang==V`) and were checked by
 //! running each release's own request handling on the shared cases
-//! (`crates/count/src/testdata/gen_releases.py`, `tests/it/releases.rs`).
+//! (`crates/count/src/testdata/gen_releases.py`, `crates/inspect/tests/inspect/releases.rs`).
 //!
 //! A server whose release is not known (a static configuration that states
 //! none, a worker that does not say, workers on different releases) may be

@@ -1,7 +1,7 @@
 """The `/get_server_info` settings of a default server on every SGLang
 release, from each release's own `ServerArgs`, for tests/data/server_info_releases.json.
 
-Developer machine only; CI never runs Python. `tests/it/releases.rs` hands each
+Developer machine only; CI never runs Python. `crates/inspect/tests/inspect/releases.rs` hands each
 answer (with its `version`) to the guard's discovery reading, which must
 serve the model as that release's family: a key a release does not have, or
 its own default spelling of one, must read as SGLang's default.

@@ -3,7 +3,7 @@
 Developer machine only; CI never runs Python. `gen_releases.py` writes one
 record per SGLang release (`$REFDATA/<version>.json`, default
 /work/refdata) from that release's own request code; this keeps what
-`tests/it/releases.rs` compares, and stores each distinct record once with the
+`crates/inspect/tests/inspect/releases.rs` compares, and stores each distinct record once with the
 releases that produced it:
 
     {"records": [{"releases": [versions...],

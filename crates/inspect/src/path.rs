@@ -6,30 +6,30 @@
 use http::Uri;
 use percent_encoding::percent_decode_str;
 
-use crate::errors::Reason;
+use crate::Refusal;
 
 /// The decoded, canonical path of `uri` (no trailing slash, no query), or a refusal.
-pub fn canonical_path(uri: &Uri) -> Result<String, Reason> {
+pub fn canonical_path(uri: &Uri) -> Result<String, Refusal> {
     if uri.scheme().is_some() || uri.authority().is_some() {
-        return Err(Reason::BadPath(
+        return Err(Refusal::BadPath(
             "absolute-form request targets are refused".into(),
         ));
     }
     let raw = uri.path();
     if !raw.starts_with('/') {
-        return Err(Reason::BadPath("the path must start with `/`".into()));
+        return Err(Refusal::BadPath("the path must start with `/`".into()));
     }
     if raw.contains('#') {
-        return Err(Reason::BadPath("fragments are refused".into()));
+        return Err(Refusal::BadPath("fragments are refused".into()));
     }
     let decoded = percent_decode_str(raw)
         .decode_utf8()
-        .map_err(|_| Reason::BadPath("the path is not UTF-8 once decoded".into()))?;
+        .map_err(|_| Refusal::BadPath("the path is not UTF-8 once decoded".into()))?;
     if decoded
         .chars()
         .any(|c| c.is_control() || c == ';' || c == '#' || c == '%' || c == '\\' || c == '?')
     {
-        return Err(Reason::BadPath(
+        return Err(Refusal::BadPath(
             "the path holds characters no SGLang route has".into(),
         ));
     }
@@ -42,7 +42,7 @@ pub fn canonical_path(uri: &Uri) -> Result<String, Reason> {
             .split('/')
             .any(|seg| seg.is_empty() || seg == "." || seg == "..")
     {
-        return Err(Reason::BadPath(
+        return Err(Refusal::BadPath(
             "empty, `.` and `..` path segments are refused".into(),
         ));
     }

@@ -17,9 +17,9 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
-use prefill_guard::errors::Reason;
-use prefill_guard::inspect::json::{canonical, parse_strict};
-use prefill_guard::inspect::path::canonical_path;
+use prefill_guard_inspect::json::{canonical, parse_strict};
+use prefill_guard_inspect::path::canonical_path;
+use prefill_guard_inspect::Refusal;
 
 // === paths ===
 
@@ -371,7 +371,7 @@ proptest! {
         let mut text = String::new();
         write(&doc, &mut s, &mut text, &mut Some(target), &mut 0);
         match parse_strict(text.as_bytes()) {
-            Err(Reason::DuplicateKey(_)) => {}
+            Err(Refusal::DuplicateKey(_)) => {}
             other => prop_assert!(false, "{text:?} gave {other:?}"),
         }
     }

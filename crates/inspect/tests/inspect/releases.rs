@@ -17,22 +17,22 @@
 //! must be one of the documented fail-closed ones ([`Allowed`]), each
 //! printed with how often it happened; any other is a failure.
 
-use crate::common::profile_model;
-use crate::common::shared;
+use crate::profile_model;
+use crate::shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use prefill_guard::count::release::{parse_version, Release};
-use prefill_guard::count::serving::{Observed, SglangEnv};
-use prefill_guard::count::{Clock, CountError, ModelCounter, ModelFiles, ServerConfig, Unit};
-use prefill_guard::inspect::{self, json, Route};
+use prefill_guard_count::release::{parse_version, Release};
+use prefill_guard_count::serving::{Observed, SglangEnv};
+use prefill_guard_count::{Clock, CountError, ModelCounter, ModelFiles, ServerConfig, Unit};
+use prefill_guard_inspect::{self as inspect, json, Route};
 use serde_json::{json as j, Value};
 use sha2::{Digest, Sha256};
 
 fn data() -> Value {
-    serde_json::from_str(include_str!("../data/sglang_releases.json"))
+    serde_json::from_str(include_str!("../../../../tests/data/sglang_releases.json"))
         .expect("sglang_releases.json is JSON")
 }
 
@@ -106,7 +106,7 @@ fn counter(
     ModelCounter::for_server(files.clone(), Arc::new(server)).map_err(join)
 }
 
-fn join(problems: Vec<prefill_guard::count::Unmodelled>) -> String {
+fn join(problems: Vec<prefill_guard_count::Unmodelled>) -> String {
     problems
         .iter()
         .map(ToString::to_string)
@@ -130,7 +130,7 @@ fn count(counter: &ModelCounter, case: &Case) -> Outcome {
     };
     let units = match inspect::extract(case.route, Arc::new(value)) {
         Ok(p) => p.units,
-        Err(r) => return Outcome::Refused(r.message(Some(case.route))),
+        Err(r) => return Outcome::Refused(r.to_string()),
     };
     let counted: Result<Vec<u64>, CountError> = units
         .iter()
@@ -507,8 +507,10 @@ fn every_release_is_discovered_as_its_family() {
     let Some(shared) = shared::shared_dir() else {
         return;
     };
-    let answers: Value =
-        serde_json::from_str(include_str!("../data/server_info_releases.json")).unwrap();
+    let answers: Value = serde_json::from_str(include_str!(
+        "../../../../tests/data/server_info_releases.json"
+    ))
+    .unwrap();
     let files = Arc::new(ModelFiles::load(&shared.join("tokenizers/qwen3")).unwrap());
     let model_info = j!({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"});
     let mut checked = 0;

@@ -7,7 +7,22 @@
 
 use serde_json::{Map, Value};
 
-pub use crate::policy::pd::Features;
+/// What a request asks of the server beyond its prompt (read from the
+/// body by [`features`]; the guard's `policy::pd` decides).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    /// A field a client must not choose, named (`rid`, `bootstrap_room`, ...).
+    pub client_control: Option<&'static str>,
+    /// `return_sampling_mask` set (scheduler S1-S4).
+    pub sampling_mask: bool,
+    /// `return_hidden_states` set (D1).
+    pub hidden_states: bool,
+    /// `return_logprob` (or OpenAI's `logprobs`) set: 0.5.11's DFLASH
+    /// rejects it at intake.
+    pub logprob: bool,
+    /// What compiles a grammar on the server (G1-G4), named.
+    pub grammar: Option<&'static str>,
+}
 
 /// Body fields the server takes from the client that let one request act on
 /// another's: the scheduler aborts by request-id *prefix*, and the bootstrap

@@ -4,16 +4,16 @@
 //! cargo-fuzz needs nightly; this runs the same checks on stable in every
 //! test run, so a fixed finding stays fixed.
 
-#[path = "../../fuzz/src/checks.rs"]
+#[path = "../../../../fuzz/src/checks.rs"]
 #[allow(dead_code)]
 mod checks;
-use crate::common::shared;
+use crate::shared;
 
 use std::path::{Path, PathBuf};
 
 /// Every kept input of `target`, seeds and regressions.
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
     let mut found = Vec::new();
     for kind in ["seeds", "regressions"] {
         let dir = fuzz.join(kind).join(target);

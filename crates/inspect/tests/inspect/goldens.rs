@@ -5,14 +5,14 @@
 //! Fixtures run in parallel threads (each tokenizer is loaded once); the test
 //! prints a per-fixture score table and fails listing every mismatch.
 
-use crate::common::shared;
+use crate::shared;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use prefill_guard::count::{Clock, CountError, ModelCounter, Unit};
-use prefill_guard::inspect::{self, json, Route};
+use prefill_guard_count::{Clock, CountError, ModelCounter, Unit};
+use prefill_guard_inspect::{self as inspect, json, Route};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -50,7 +50,7 @@ fn text_units(endpoint: &str, req: &Value) -> Result<Vec<Unit>, String> {
     let value = json::parse_strict(&body).map_err(|r| r.to_string())?;
     inspect::extract(route, Arc::new(value))
         .map(|p| p.units)
-        .map_err(|r| r.message(Some(route)))
+        .map_err(|r| r.to_string())
 }
 
 fn sha256_hex(s: &str) -> String {

@@ -2,8 +2,8 @@
 
 use http::Method;
 
-use crate::errors::Reason;
-pub use crate::route::{ErrorShape, Route};
+use crate::Refusal;
+pub use prefill_guard_count::route::{ErrorShape, Route};
 
 /// What the guard does with a request target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,14 +28,14 @@ const PASS_THROUGH: &[(&str, &[&str])] = &[
     ("/v1/messages/count_tokens", &["POST"]),
 ];
 
-/// Classifies a request by method and canonical path (see [`crate::inspect::json`]
+/// Classifies a request by method and canonical path (see [`crate::json`]
 /// for the body side). Everything not modelled is refused: default deny.
-pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Reason> {
+pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Refusal> {
     if let Some(route) = Route::from_path(canonical_path) {
         return if route.allows(method.as_str()) {
             Ok(RouteClass::Inspect(route))
         } else {
-            Err(Reason::MethodNotAllowed {
+            Err(Refusal::MethodNotAllowed {
                 method: method.to_string(),
                 path: canonical_path.to_string(),
             })
@@ -45,13 +45,13 @@ pub fn classify(method: &Method, canonical_path: &str) -> Result<RouteClass, Rea
         return if methods.contains(&method.as_str()) {
             Ok(RouteClass::PassThrough(canonical_path.to_string()))
         } else {
-            Err(Reason::MethodNotAllowed {
+            Err(Refusal::MethodNotAllowed {
                 method: method.to_string(),
                 path: canonical_path.to_string(),
             })
         };
     }
-    Err(Reason::RouteNotAllowed {
+    Err(Refusal::RouteNotAllowed {
         path: canonical_path.to_string(),
     })
 }

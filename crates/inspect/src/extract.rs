@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::Route;
-use crate::count::{ollama, py, ChatApi, MediaItems, Piece, Unit};
-use crate::errors::Reason;
+use crate::Refusal;
+use prefill_guard_count::{ollama, py, ChatApi, MediaItems, Piece, Unit};
 
 /// A request reduced to what counting needs.
 #[derive(Debug, Clone)]
@@ -23,10 +23,10 @@ pub struct PromptRequest {
     /// `count` command then answers with one count per element.
     pub batch: bool,
     /// What it asks of the server beyond its prompt (`policy::pd` decides).
-    pub features: super::features::Features,
+    pub features: crate::features::Features,
 }
 
-pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> {
+pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Refusal> {
     let obj = body
         .as_object()
         .ok_or_else(|| invalid("the request body must be a JSON object", None))?;
@@ -40,7 +40,7 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
     // cannot see, so the body's length is not the prompt's.
     for field in ["session_params", "session_id"] {
         if obj.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(Reason::Unmeasurable(format!(
+            return Err(Refusal::Unmeasurable(format!(
                 "`{field}` is refused: a session prepends server-side history the guard cannot see"
             )));
         }
@@ -67,7 +67,7 @@ pub fn extract(route: Route, body: Arc<Value>) -> Result<PromptRequest, Reason> 
         model,
         units,
         batch,
-        features: super::features::features(obj),
+        features: crate::features::features(obj),
     })
 }
 
@@ -105,8 +105,8 @@ fn is_batch(route: Route, obj: &serde_json::Map<String, Value>, units: &[Unit]) 
     }
 }
 
-fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Reason {
-    Reason::InvalidRequest {
+fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Refusal {
+    Refusal::InvalidRequest {
         message: message.into(),
         param,
     }
@@ -114,7 +114,7 @@ fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Reason {
 
 /// `CompletionRequest.prompt: Union[List[int], List[List[int]], str, List[str]]`,
 /// then `_validate_request`'s "Prompt cannot be empty".
-fn completions_units(prompt: Option<&Value>) -> Result<Vec<Unit>, Reason> {
+fn completions_units(prompt: Option<&Value>) -> Result<Vec<Unit>, Refusal> {
     let empty = || invalid("Prompt cannot be empty", Some("prompt"));
     let units = match prompt {
         None | Some(Value::Null) => return Err(invalid("`prompt` is required", Some("prompt"))),
@@ -143,7 +143,7 @@ fn completions_units(prompt: Option<&Value>) -> Result<Vec<Unit>, Reason> {
 
 /// A non-empty list that is all strings (a batch of texts), all integers (one
 /// sequence of ids) or all integer lists (a batch of id sequences).
-fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, Reason> {
+fn text_or_ids_batch(items: &[Value], param: &'static str) -> Result<Vec<Unit>, Refusal> {
     if items.iter().all(Value::is_string) {
         return Ok(items
             .iter()
@@ -193,7 +193,7 @@ fn is_token_id(v: &Value) -> bool {
 }
 
 /// `input_ids` (`List[int] | List[List[int]]`, lax): one sequence or a batch of rows.
-fn ids_batch(v: &Value, param: &'static str) -> Result<Vec<Unit>, Reason> {
+fn ids_batch(v: &Value, param: &'static str) -> Result<Vec<Unit>, Refusal> {
     let bad = || {
         invalid(
             format!("`{param}` must be a non-empty list of token ids or of id lists"),
@@ -220,9 +220,9 @@ fn ids_batch(v: &Value, param: &'static str) -> Result<Vec<Unit>, Reason> {
 fn generate_units(
     obj: &serde_json::Map<String, Value>,
     generation: bool,
-) -> Result<Vec<Unit>, Reason> {
+) -> Result<Vec<Unit>, Refusal> {
     if obj.get("session_params").is_some_and(|v| !v.is_null()) {
-        return Err(Reason::Unmeasurable(
+        return Err(Refusal::Unmeasurable(
             "`session_params` is refused: a session prepends server-side history the guard cannot see".into(),
         ));
     }
@@ -257,7 +257,10 @@ fn media_item_count(v: &Value) -> usize {
 }
 
 /// The text, ids or embeddings of a `/generate`-style body.
-fn text_units(obj: &serde_json::Map<String, Value>, generation: bool) -> Result<Vec<Unit>, Reason> {
+fn text_units(
+    obj: &serde_json::Map<String, Value>,
+    generation: bool,
+) -> Result<Vec<Unit>, Refusal> {
     let given: Vec<&str> = ["text", "input_ids", "input_embeds"]
         .into_iter()
         .filter(|k| obj.get(*k).is_some_and(|v| !v.is_null()))
@@ -303,7 +306,7 @@ fn text_units(obj: &serde_json::Map<String, Value>, generation: bool) -> Result<
 
 /// `input_embeds`: `[[f; d]; n]` is one sequence of n tokens; `[[[f; d]; n]; b]`
 /// a batch of b sequences.
-fn embeds_units(v: &Value) -> Result<Vec<Unit>, Reason> {
+fn embeds_units(v: &Value) -> Result<Vec<Unit>, Refusal> {
     let bad = || {
         invalid(
             "`input_embeds` must be a 2-D or 3-D list of numbers",
@@ -343,7 +346,7 @@ fn text_pair(v: &Value) -> Option<Unit> {
 /// `_validate_request`'s emptiness rules (`serving_embedding.py`,
 /// `serving_classify.py`). The multimodal form of embeddings is rendered
 /// through the chat template with images, so it is refused.
-fn openai_input_units(route: Route, input: Option<&Value>) -> Result<Vec<Unit>, Reason> {
+fn openai_input_units(route: Route, input: Option<&Value>) -> Result<Vec<Unit>, Refusal> {
     let p = Some("input");
     let blank = |s: &str| s.trim().is_empty();
     match input {
@@ -362,7 +365,7 @@ fn openai_input_units(route: Route, input: Option<&Value>) -> Result<Vec<Unit>, 
             text_or_ids_batch(items, "input")
         }
         Some(Value::Array(items)) if route == Route::Embeddings && items.iter().any(Value::is_object) => {
-            Err(Reason::Unmeasurable(
+            Err(Refusal::Unmeasurable(
                 "multimodal embedding inputs are refused: they are rendered with images whose token \
                  length the guard cannot see"
                     .into(),
@@ -376,11 +379,11 @@ fn openai_input_units(route: Route, input: Option<&Value>) -> Result<Vec<Unit>, 
 /// document]` pair per document, each its own sequence. Content given as
 /// parts may carry images and is refused. Models whose template is a Qwen3
 /// reranker prompt are refused when counted (see `ModelCounter`).
-fn rerank_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+fn rerank_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Refusal> {
     let text = |v: Option<&Value>, field: &'static str| {
         match v {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(_)) => Err(Reason::Unmeasurable(format!(
+        Some(Value::Array(_)) => Err(Refusal::Unmeasurable(format!(
             "`{field}` given as content parts is refused: parts may carry images the guard cannot measure"
         ))),
         _ => Err(invalid(format!("`{field}` must be a string"), Some(field))),
@@ -407,14 +410,14 @@ fn rerank_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reaso
 /// guard cannot see) packs everything into one sequence,
 /// `query <d> item1 <d> ... <d>`, so that sequence is counted too: the guard
 /// errs toward the longer reading.
-fn score_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+fn score_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Refusal> {
     for field in [
         "image_data",
         "query_embed_overrides",
         "item_embed_overrides",
     ] {
         if obj.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(Reason::Unmeasurable(format!(
+            return Err(Refusal::Unmeasurable(format!(
                 "`{field}` is refused on /v1/score"
             )));
         }
@@ -490,7 +493,7 @@ fn score_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason
 
 /// pydantic's lax `bool` (`"yes"`, `"on"`, `1`, ...), refusing anything
 /// else; absent or `null` is the field's default, `false`.
-fn lax_bool(v: Option<&Value>, field: &'static str) -> Result<bool, Reason> {
+fn lax_bool(v: Option<&Value>, field: &'static str) -> Result<bool, Refusal> {
     match v {
         None | Some(Value::Null) => Ok(false),
         Some(v) => py::lax_bool(v)
@@ -504,7 +507,7 @@ fn lax_bool(v: Option<&Value>, field: &'static str) -> Result<bool, Reason> {
 /// then `parameters` is splatted into the same `GenerateReqInput`. So a
 /// prompt can also arrive through `parameters`: the guard rebuilds the exact
 /// object SGLang builds and counts that, refusing a key given twice.
-fn vertex_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Reason> {
+fn vertex_units(obj: &serde_json::Map<String, Value>) -> Result<Vec<Unit>, Refusal> {
     let instances = match obj.get("instances") {
         Some(Value::Array(i)) => i,
         _ => return Err(invalid("`instances` must be a list", Some("instances"))),

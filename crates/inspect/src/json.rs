@@ -9,11 +9,11 @@
 use serde::de::DeserializeSeed;
 use serde_json::Value;
 
-use crate::count::py::{Duplicates, PlainValue};
-use crate::errors::Reason;
+use crate::Refusal;
+use prefill_guard_count::py::{Duplicates, PlainValue};
 
 /// Parses a request body into a `Value` (key order kept), refusing anything ambiguous.
-pub fn parse_strict(body: &[u8]) -> Result<Value, Reason> {
+pub fn parse_strict(body: &[u8]) -> Result<Value, Refusal> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = PlainValue(Duplicates::Refuse)
         .deserialize(&mut de)
@@ -24,13 +24,13 @@ pub fn parse_strict(body: &[u8]) -> Result<Value, Reason> {
 
 const DUPLICATE: &str = "duplicate key ";
 
-fn classify(e: serde_json::Error) -> Reason {
+fn classify(e: serde_json::Error) -> Refusal {
     let text = e.to_string();
     match text.strip_prefix(DUPLICATE) {
         Some(rest) => {
-            Reason::DuplicateKey(rest.split(" at line").next().unwrap_or(rest).to_string())
+            Refusal::DuplicateKey(rest.split(" at line").next().unwrap_or(rest).to_string())
         }
-        None => Reason::InvalidJson(text),
+        None => Refusal::InvalidJson(text),
     }
 }
 
@@ -180,7 +180,7 @@ mod tests {
         );
         assert_eq!(reason(r#"{"a":{"b":{"c":1,"c":2}}}"#), "duplicate_key");
         match parse_strict(br#"{"x":1,"x":2}"#).unwrap_err() {
-            Reason::DuplicateKey(k) => assert_eq!(k, "\"x\""),
+            Refusal::DuplicateKey(k) => assert_eq!(k, "\"x\""),
             other => panic!("{other:?}"),
         }
         // The client reads the key once quoted, as JSON spells it.
@@ -217,7 +217,7 @@ mod tests {
 
     /// Every ASCII byte at every offset of a 16-byte block and of the tail
     /// after it (`first_escape`). Mixed strings and whole trees:
-    /// `tests/it/properties.rs`.
+    /// `crates/inspect/tests/inspect/properties.rs`.
     #[test]
     fn every_byte_escapes_as_serde_json_does() {
         for b in 0u8..0x80 {
