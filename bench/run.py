@@ -782,8 +782,11 @@ def main() -> None:
                 stats = res["targets"][t.name]
                 results["workloads"][w.name][t.name]["paced"] = stats
                 print(f"# {w.name:>5} {t.name:>6}     paced: {w.paced_rate:g} req/s, p50 {ms(stats['p50_us'])} ms, "
-                      f"p99 {ms(stats['p99_us'])} ms, {stats['requests']} answered, {stats['errors']} errors",
+                      f"p99 {ms(stats['p99_us'])} ms, {stats['requests']} answered, {stats['errors']} errors, "
+                      f"{stats.get('reopened', 0)} connections closed by the target reopened",
                       file=sys.stderr, flush=True)
+                for what, n in stats.get("failures", {}).items():
+                    print(f"# {w.name:>5} {t.name:>6}     failed {n}x: {what}", file=sys.stderr, flush=True)
 
     extra: dict = {}
     reps = 1 if quick else 3
@@ -1077,6 +1080,12 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
                     f"{ms(p['p99_us'])} | {ms(p['p999_us'])} | {ms(p['max_us'])} | "
                     f"{ms(p['p50_us'] - base['p50_us']) if add else '—'} | {ms(p['p99_us'] - base['p99_us']) if add else '—'} |"
                 )
+        failed = [(w.name, t.name, what, n) for w in paced_wl for t in targets
+                  for what, n in results["workloads"][w.name][t.name].get("paced", {}).get("failures", {}).items()]
+        if failed:
+            L.append("\nWhat the failed requests were (a status with the start of its body, or the step at which "
+                     "the connection failed):\n")
+            L.extend(f"* {wl} {names[t]}: {n}x `{what}`" for wl, t, what, n in failed)
         L.append("")
     enc = results.get("encode", {})
     g = {w: results["workloads"][w].get("guard") for w in results["workloads"]}

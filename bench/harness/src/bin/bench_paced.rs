@@ -19,7 +19,10 @@
 //!               [--seconds 30] [--warmup 2] NAME=http://127.0.0.1:PORT ...
 //!
 //! Prints one line, `BENCHJSON {...}`, with per-target requests, statuses,
-//! errors and p50/p90/p99/p999/max in microseconds.
+//! errors and p50/p90/p99/p999/max in microseconds, and what each failure was
+//! (`failures`: the status with the start of its body, which for the guard
+//! names the refusal, or the step at which the connection failed), so a
+//! handful of failed requests in thousands can be told apart afterwards.
 #![allow(
     clippy::unwrap_used,
     reason = "a measuring harness run by hand: a setup that fails should stop it loudly"
@@ -50,8 +53,14 @@ struct Stats {
     latencies_us: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: u64,
+    /// What went wrong, counted by kind: `status 503: {...}` (the start of
+    /// the body) or `connect: ...`, `ready: ...`, `send: ...`, `body: ...`.
+    failures: BTreeMap<String, u64>,
     /// Connections opened after the clock started: the pool was all busy.
     opened_late: u64,
+    /// Kept-alive connections the server had closed since their last answer,
+    /// replaced by a new one before the request was written.
+    reopened: u64,
 }
 
 async fn connect(authority: &str) -> anyhow::Result<Sender> {
@@ -65,51 +74,77 @@ async fn connect(authority: &str) -> anyhow::Result<Sender> {
 }
 
 async fn one(target: Arc<Target>, path: Arc<str>, body: Bytes, record: bool) {
+    let fail = |what: String| {
+        let mut s = target.stats.lock().unwrap();
+        s.errors += 1;
+        let key = if record {
+            what
+        } else {
+            format!("(warm-up) {what}")
+        };
+        *s.failures.entry(key).or_default() += 1;
+    };
     let pooled = target.idle.lock().unwrap().pop();
-    let mut sender = match pooled {
-        Some(s) => s,
+    // A kept-alive connection the server has closed since its last answer
+    // (nginx closes one after `keepalive_requests`, 1,000 by default, saying
+    // `Connection: close`) never carried this request: a client's pool opens
+    // another, and so does this one, counting it. Only a fresh connection
+    // that fails is a failed request.
+    let live = match pooled {
+        Some(mut s) => match s.ready().await {
+            Ok(()) => Some(s),
+            Err(_) => {
+                if record {
+                    target.stats.lock().unwrap().reopened += 1;
+                }
+                None
+            }
+        },
         None => {
             if record {
                 target.stats.lock().unwrap().opened_late += 1;
             }
-            match connect(&target.authority).await {
-                Ok(s) => s,
-                Err(_) => {
-                    target.stats.lock().unwrap().errors += 1;
-                    return;
-                }
-            }
+            None
         }
+    };
+    let mut sender = match live {
+        Some(s) => s,
+        None => match connect(&target.authority).await {
+            Ok(s) => s,
+            Err(e) => return fail(format!("connect: {e}")),
+        },
     };
     let req = Request::post(&*path)
         .header("host", &target.authority)
         .header("content-type", "application/json")
         .body(Full::new(body))
         .expect("a valid request");
-    if sender.ready().await.is_err() {
-        target.stats.lock().unwrap().errors += 1;
-        return;
+    if let Err(e) = sender.ready().await {
+        return fail(format!("ready: {e}"));
     }
     let started = Instant::now();
-    let outcome = async {
-        let resp = sender.send_request(req).await?;
-        let status = resp.status().as_u16();
-        resp.into_body().collect().await?;
-        anyhow::Ok(status)
-    }
-    .await;
+    let resp = match sender.send_request(req).await {
+        Ok(resp) => resp,
+        Err(e) => return fail(format!("send: {e}")),
+    };
+    let status = resp.status().as_u16();
+    let answer = match resp.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return fail(format!("body: {e}")),
+    };
     let took = started.elapsed();
-    match outcome {
-        Ok(status) => {
-            if record {
-                let mut s = target.stats.lock().unwrap();
-                s.latencies_us.push(took.as_micros() as u64);
-                *s.statuses.entry(status).or_default() += 1;
-            }
-            target.idle.lock().unwrap().push(sender);
+    if record {
+        let mut s = target.stats.lock().unwrap();
+        s.latencies_us.push(took.as_micros() as u64);
+        *s.statuses.entry(status).or_default() += 1;
+        if !(200..300).contains(&status) {
+            let start = String::from_utf8_lossy(&answer[..answer.len().min(160)]).into_owned();
+            *s.failures
+                .entry(format!("status {status}: {start}"))
+                .or_default() += 1;
         }
-        Err(_) => target.stats.lock().unwrap().errors += 1,
     }
+    target.idle.lock().unwrap().push(sender);
 }
 
 fn percentile(sorted: &[u64], q: f64) -> u64 {
@@ -216,7 +251,9 @@ fn main() -> anyhow::Result<()> {
                 "requests": l.len(),
                 "errors": s.errors,
                 "opened_late": s.opened_late,
+                "reopened": s.reopened,
                 "statuses": s.statuses,
+                "failures": s.failures,
                 "p50_us": percentile(l, 0.5),
                 "p90_us": percentile(l, 0.9),
                 "p99_us": percentile(l, 0.99),
