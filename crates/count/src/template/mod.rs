@@ -18,6 +18,7 @@
 //! `docs/template-compat.md` §6.
 
 mod args;
+mod chains;
 mod detect;
 mod filters;
 mod methods;
@@ -32,6 +33,8 @@ mod tojson;
 #[cfg(test)]
 #[rustfmt::skip]
 mod snippet_cases;
+#[cfg(test)]
+mod chain_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -89,6 +92,9 @@ pub struct RenderContext<'a> {
 pub struct ChatTemplate {
     env: Environment<'static>,
     format: ContentFormat,
+    /// `+` chains were rewritten into calls of `chains::ADD`, so no
+    /// template variable may shadow it.
+    chains: bool,
 }
 
 const TEMPLATE_NAME: &str = "chat";
@@ -133,6 +139,12 @@ impl std::error::Error for Raised {}
 
 impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self, TemplateError> {
+        Self::build(source, chains::may_rewrite(source))
+    }
+
+    /// `chains`: rewrite `+` chains (`chains::rewrite_tag`); off only to
+    /// hold the rewrite against the template as written.
+    fn build(source: &str, chains: bool) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
             .trim_blocks(true)
@@ -150,11 +162,15 @@ impl ChatTemplate {
         filters::install(&mut env);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source::normalize(source)?)
+        if chains {
+            env.add_function(chains::ADD, chains::add);
+        }
+        env.add_template_owned(TEMPLATE_NAME, source::normalize(source, chains)?)
             .map_err(|e| TemplateError(format!("chat template does not compile: {e}")))?;
         Ok(Self {
             env,
             format: detect_content_format(source),
+            chains,
         })
     }
 
@@ -191,11 +207,20 @@ impl ChatTemplate {
             "add_generation_prompt".into(),
             ctx.add_generation_prompt.into(),
         ));
-        for (k, v) in ctx.special_tokens {
-            vars.push((k.as_str().into(), conv(v)?));
-        }
-        for (k, v) in ctx.extra {
-            vars.push((k.as_str().into(), conv(v)?));
+        // The template as written never names `chains::ADD` (`may_rewrite`),
+        // so leaving such a variable out is invisible to it.
+        let shadows = |k: &str| self.chains && k == chains::ADD;
+        for (k, v) in ctx
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k, v))
+            .chain(ctx.extra)
+        {
+            // converted all the same: a value too deep to convert still fails
+            let v = conv(v)?;
+            if !shadows(k) {
+                vars.push((k.as_str().into(), v));
+            }
         }
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.
         let context = minijinja::Value::from_pairs(vars);

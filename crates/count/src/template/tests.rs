@@ -6,7 +6,7 @@
 use super::snippet_cases::{BASE_CONTEXT, KNOWN_DIVERGENT, SNIPPETS, SPECIAL};
 use super::*;
 
-fn fixed_now() -> chrono::NaiveDateTime {
+pub(super) fn fixed_now() -> chrono::NaiveDateTime {
     chrono::NaiveDate::from_ymd_opt(2025, 1, 15)
         .and_then(|d| d.and_hms_opt(12, 0, 0))
         .expect("valid date")
@@ -199,7 +199,7 @@ fn content_format_matches_sglang() {
 
 /// The named special tokens of `tokenizer_config.json` (string or AddedToken),
 /// as `gen_fixtures.py` extracts them.
-fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, Value)> {
+pub(super) fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, Value)> {
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("tokenizer_config.json"))
             .expect("read tokenizer_config.json"),
