@@ -412,3 +412,35 @@ fn fixture_templates_render_as_written() {
         );
     }
 }
+
+/// Near minijinja's parser recursion limit a rewritten chain (a call, two
+/// levels deeper) can fail to compile where the template as written does:
+/// it then compiles as written.
+#[test]
+fn a_chain_too_deep_to_rewrite_compiles_as_written() {
+    let mut fell_back = false;
+    for depth in 60..80 {
+        let src = format!(
+            "{{{{ {}a + b + c{} }}}}",
+            "(".repeat(depth),
+            ")".repeat(depth)
+        );
+        let as_written = ChatTemplate::build(&src, false);
+        let tmpl = ChatTemplate::new(&src);
+        assert_eq!(tmpl.is_ok(), as_written.is_ok(), "depth {depth}");
+        if as_written.is_ok() && ChatTemplate::build(&src, true).is_err() {
+            fell_back = true;
+            let (Ok(tmpl), Ok(off)) = (tmpl, as_written) else {
+                unreachable!()
+            };
+            assert!(!tmpl.chains);
+            let extra = chain_context();
+            let messages = Value::Array(vec![]);
+            assert_eq!(
+                render(&tmpl, &messages, &extra).expect("renders"),
+                render(&off, &messages, &extra).expect("renders")
+            );
+        }
+    }
+    assert!(fell_back, "no depth compiles as written but not rewritten");
+}

@@ -139,7 +139,14 @@ impl std::error::Error for Raised {}
 
 impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self, TemplateError> {
-        Self::build(source, chains::may_rewrite(source))
+        if !chains::may_rewrite(source) {
+            return Self::build(source, false);
+        }
+        // A rewritten chain nests the parser two levels deeper (a call and
+        // its arguments), so a template near minijinja's parser recursion
+        // limit could fail only rewritten: it is then compiled as written,
+        // which also reports a real syntax error as written.
+        Self::build(source, true).or_else(|_| Self::build(source, false))
     }
 
     /// `chains`: rewrite `+` chains (`chains::rewrite_tag`); off only to
