@@ -444,3 +444,153 @@ fn a_chain_too_deep_to_rewrite_compiles_as_written() {
     }
     assert!(fell_back, "no depth compiles as written but not rewritten");
 }
+
+/// xorshift64*: a fixed sequence, so a failure names a reproducible case.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+}
+
+const ATOMS: &[&str] = &[
+    "a",
+    "b",
+    "e",
+    "long",
+    "i",
+    "j",
+    "fl",
+    "t",
+    "n",
+    "xs",
+    "ys",
+    "d",
+    "missing",
+    "'x'",
+    "\"y\"",
+    "'+'",
+    "1",
+    "2.5",
+    "0",
+    "true",
+    "none",
+    "d.k",
+    "xs[0]",
+    "msgs[1].content",
+    "range(2)",
+    "a.upper()",
+    "(1,)",
+    "[]",
+];
+
+/// A random expression from a grammar covering what the rewrite must read
+/// around: every binary operator, unary `-` and `not`, filters, tests,
+/// calls, subscripts, conditionals and literals.
+fn expression(rng: &mut Rng, depth: usize) -> String {
+    if depth == 0 {
+        return rng.pick(ATOMS).to_owned();
+    }
+    let sub = |rng: &mut Rng| expression(rng, depth - 1);
+    match rng.below(14) {
+        0..=4 => {
+            // a `+` chain, sometimes broken by a neighbour of its level
+            let n = 2 + rng.below(4);
+            let mut s = sub(rng);
+            for _ in 1..n {
+                let op = rng.pick(&["+", "+", "+", "+", "-", "~", "*", "//", "%", "**"]);
+                s = format!("{s} {op} {}", sub(rng));
+            }
+            s
+        }
+        5 => format!("({})", sub(rng)),
+        6 => format!(
+            "{}|{}",
+            sub(rng),
+            rng.pick(&[
+                "upper",
+                "length",
+                "string",
+                "trim",
+                "join(',')",
+                "default('d')",
+                "list"
+            ])
+        ),
+        7 => format!(
+            "{} is {}",
+            sub(rng),
+            rng.pick(&["string", "defined", "not none", "in xs", "sameas n", "number", "in a + b"])
+        ),
+        8 => format!(
+            "{} {} {}",
+            sub(rng),
+            rng.pick(&["==", "!=", "<", ">=", "in", "not in", "and", "or"]),
+            sub(rng)
+        ),
+        9 => format!("{}{}", rng.pick(&["not ", "-", "- ", "not not "]), sub(rng)),
+        10 => format!("{} if {} else {}", sub(rng), sub(rng), sub(rng)),
+        11 => format!(
+            "[{}, {}]{}",
+            sub(rng),
+            sub(rng),
+            rng.pick(&["", "[0]", "[1:]", "|length"])
+        ),
+        12 => format!("{{'k': {}}}['k']", sub(rng)),
+        _ => format!(
+            "{}({})",
+            rng.pick(&["range", "a.count", "raise_exception", "xs.index"]),
+            sub(rng)
+        ),
+    }
+}
+
+/// Random expressions (and random token soup, mostly not valid Jinja) in
+/// expression and statement positions, rewritten and as written: both
+/// compile or neither, and both render the same text or both raise.
+#[test]
+fn random_expressions_render_as_written() {
+    const SOUP: &[&str] = &[
+        "a", "b", "xs", "missing", "'x'", "1", "2.5", "+", "+", "+", "-", "*", "~", "|", "upper",
+        "is", "not", "in", "and", "or", "if", "else", "==", "<", "(", ")", "[", "]", ",", ":", ".",
+        "=", "defined", "0", "none", "-}}", "1e", "'",
+    ];
+    let messages = Value::Array(vec![]);
+    let extra = chain_context();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut failures = Vec::new();
+    let mut rewritten_count = 0;
+    for case in 0..10_000 {
+        let expr = if case % 3 == 0 {
+            let n = 1 + rng.below(10);
+            let sep = if rng.below(4) == 0 { "" } else { " " };
+            (0..n).map(|_| rng.pick(SOUP)).collect::<Vec<_>>().join(sep)
+        } else {
+            let depth = 1 + rng.below(3);
+            expression(&mut rng, depth)
+        };
+        let src = match rng.below(4) {
+            0 => format!("{{% set v = {expr} %}}[{{{{ v }}}}]"),
+            1 => format!("{{% if {expr} %}}T{{% else %}}F{{% endif %}}"),
+            2 => format!("{{% for x in [{expr}] %}}{{{{ x }}}}{{% endfor %}}"),
+            _ => format!("{{{{- {expr} }}}}"),
+        };
+        match same_as_written(&src, &messages, &extra) {
+            Ok(changed) => rewritten_count += usize::from(changed),
+            Err(e) => failures.push(format!("case {case}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        rewritten_count > 300,
+        "only {rewritten_count} cases rewritten"
+    );
+}
