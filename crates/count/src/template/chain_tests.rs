@@ -12,13 +12,13 @@ fn rewritten(src: &str) -> String {
 #[test]
 fn rewrites_only_provable_chains() {
     let cases: &[(&str, &str)] = &[
-        ("{{ a + b + c }}", "{{ __pg_add(a, b, c) }}"),
+        ("{{ a + b + c }}", "{{ __pg_emit(a, b, c) }}"),
         // two operands: one copy either way
         ("{{ a + b }}", "{{ a + b }}"),
         (
             "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}",
             // (literals with escapes come out of `source` double-quoted, unescaped)
-            "{{- __pg_add('<|im_start|>', message.role, \"\n\", message.content, '<|im_end|>', \"\n\") }}",
+            "{{- __pg_emit('<|im_start|>', message.role, \"\n\", message.content, '<|im_end|>', \"\n\") }}",
         ),
         (
             "{%- set ns.p = ns.p + '\\n\\n' + message['content'] -%}",
@@ -29,10 +29,10 @@ fn rewrites_only_provable_chains() {
         ("{{ a - b + c + d }}", "{{ a - b + c + d }}"),
         ("{{ a + -b + c }}", "{{ a + -b + c }}"),
         // tighter operators stay inside an operand
-        ("{{ a + b ~ c + d }}", "{{ __pg_add(a, b ~ c, d) }}"),
-        ("{{ a * b + c // d + e ** f }}", "{{ __pg_add(a * b, c // d, e ** f) }}"),
-        ("{{ a + b|upper + c|join(', ') }}", "{{ __pg_add(a, b|upper, c|join(', ')) }}"),
-        ("{{ a + b|x.y(1) + c }}", "{{ __pg_add(a, b|x.y(1), c) }}"),
+        ("{{ a + b ~ c + d }}", "{{ __pg_emit(a, b ~ c, d) }}"),
+        ("{{ a * b + c // d + e ** f }}", "{{ __pg_emit(a * b, c // d, e ** f) }}"),
+        ("{{ a + b|upper + c|join(', ') }}", "{{ __pg_emit(a, b|upper, c|join(', ')) }}"),
+        ("{{ a + b|x.y(1) + c }}", "{{ __pg_emit(a, b|x.y(1), c) }}"),
         // looser ones cut
         ("{{ not a + b + c }}", "{{ not __pg_add(a, b, c) }}"),
         ("{{ a + b + c == d + e + f }}", "{{ __pg_add(a, b, c) == __pg_add(d, e, f) }}"),
@@ -44,16 +44,16 @@ fn rewrites_only_provable_chains() {
         ),
         // brackets: their insides are levels of their own
         ("{{ (a + b + c) + d }}", "{{ (__pg_add(a, b, c)) + d }}"),
-        ("{{ (a + b) + c + d }}", "{{ __pg_add((a + b), c, d) }}"),
+        ("{{ (a + b) + c + d }}", "{{ __pg_emit((a + b), c, d) }}"),
         ("{{ f(a + b + c, k=d + e + f)[0] }}", "{{ f(__pg_add(a, b, c), k=__pg_add(d, e, f))[0] }}"),
         ("{{ [a + b + c, {'k': d + e + f}] }}", "{{ [__pg_add(a, b, c), {'k': __pg_add(d, e, f)}] }}"),
         ("{{ x[a + b + c:] }}", "{{ x[__pg_add(a, b, c):] }}"),
-        ("{{ m[i + 1 + 1].c + 'x' + 'y' }}", "{{ __pg_add(m[__pg_add(i, 1, 1)].c, 'x', 'y') }}"),
+        ("{{ m[i + 1 + 1].c + 'x' + 'y' }}", "{{ __pg_emit(m[__pg_add(i, 1, 1)].c, 'x', 'y') }}"),
         // literals: `+` inside a string is text; adjacent literals are one
-        ("{{ 'a + b' + c + \"+\" }}", "{{ __pg_add('a + b', c, \"+\") }}"),
-        ("{{ 'a' 'b' + c + d }}", "{{ __pg_add('a' 'b', c, d) }}"),
+        ("{{ 'a + b' + c + \"+\" }}", "{{ __pg_emit('a + b', c, \"+\") }}"),
+        ("{{ 'a' 'b' + c + d }}", "{{ __pg_emit('a' 'b', c, d) }}"),
         // whitespace markers are not operators
-        ("{{-a+b+c-}}", "{{-__pg_add(a, b, c)-}}"),
+        ("{{-a+b+c-}}", "{{-__pg_emit(a, b, c)-}}"),
         ("{%+ set x = a + b + c +%}", "{%+ set x = __pg_add(a, b, c) +%}"),
         // statements: only `if`/`elif` (and `=`, `in`) start an expression
         ("{% if(a) + b + c %}", "{% if __pg_add((a), b, c) %}"),
@@ -70,8 +70,8 @@ fn rewrites_only_provable_chains() {
         ("{{ x is defined and a + b + c }}", "{{ x is defined and __pg_add(a, b, c) }}"),
         ("{{ y if x is defined else a + b + c }}", "{{ y if x is defined else __pg_add(a, b, c) }}"),
         // names after `.` or `|` are names, whatever they spell
-        ("{{ a.if + b + c }}", "{{ __pg_add(a.if, b, c) }}"),
-        ("{{ a + b.in + c }}", "{{ __pg_add(a, b.in, c) }}"),
+        ("{{ a.if + b + c }}", "{{ __pg_emit(a.if, b, c) }}"),
+        ("{{ a + b.in + c }}", "{{ __pg_emit(a, b.in, c) }}"),
         // what this lexer does not read exactly as minijinja does
         ("{{ 1e+5 + a + b }}", "{{ 1e+5 + a + b }}"),
         ("{{ 0x1f + a + b }}", "{{ 0x1f + a + b }}"),
@@ -88,7 +88,7 @@ fn rewrites_only_provable_chains() {
         ("{# a + b + c #}", "{# a + b + c #}"),
         ("{% raw %}{{ a + b + c }}{% endraw %}", "{% raw %}{{ a + b + c }}{% endraw %}"),
         // literals are normalised first, then chained
-        ("{{ 'a\\x41' + b + c }}", "{{ __pg_add(\"aA\", b, c) }}"),
+        ("{{ 'a\\x41' + b + c }}", "{{ __pg_emit(\"aA\", b, c) }}"),
     ];
     let mut failures = Vec::new();
     for (src, want) in cases {
@@ -238,6 +238,16 @@ fn chains_compute_what_minijinja_computes() {
         "{{ a + b + c if n }}",
         "{{ [a + b + c, i + j + 1]|tojson }}",
         "{{ {'k': a + b + c}['k'] }}",
+        // whole `{{ }}` chains (`chains::emit`): printed into captures,
+        // filter blocks, macros and loops; non-strings folded as `+`
+        "{% set x %}{{ a + long + b }}{% endset %}{{ x|length }}{{ x[:3] }}",
+        "{% filter upper %}{{ a + b + c }}{% endfilter %}",
+        "{% macro m(p) %}{{ p + a + long }}{% endmacro %}{{ m('q')|length }}{{ m('q')[:3] }}",
+        "{% for m in msgs %}{{- m.role + ': ' + m.content + '\\n' -}}{% if loop.first %}{% continue %}{% endif %}{% endfor %}",
+        "{{ i + j + 1 }}|{{ xs + ys + xs }}|{{ fl + i + t }}",
+        "{{ a + missing + b }}",
+        "{{ (html|safe) + html + c }}",
+        "{{ e + e + e }}[]",
         // accumulation, as templates build system prompts
         "{% set s = '' %}{% for m in msgs %}{% set s = s + m.role + ': ' + m.content + '\\n' %}{% endfor %}{{ s }}",
         "{% set ns = namespace(p='') %}{% for m in msgs %}{% set ns.p = ns.p + m.content + long + '|' %}{% endfor %}{{ ns.p|length }}",
@@ -593,4 +603,17 @@ fn random_expressions_render_as_written() {
         rewritten_count > 300,
         "only {rewritten_count} cases rewritten"
     );
+}
+
+/// `Pieces` never reaches anything but the formatter; should it, it prints
+/// as the string it stands for.
+#[test]
+fn pieces_print_as_their_concatenation() {
+    let pieces = minijinja::Value::from_object(chains::Pieces(vec![
+        "A".into(),
+        "\u{1f600}".into(),
+        "".into(),
+        "b".into(),
+    ]));
+    assert_eq!(pieces.to_string(), "A\u{1f600}b");
 }

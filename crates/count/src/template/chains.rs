@@ -7,7 +7,9 @@
 //! `Arc<str>`). [`rewrite_tag`] turns such a chain of three or more operands
 //! into one call, `__pg_add(a, b, c, d, e)`, and [`add`] concatenates
 //! strings once and folds anything else pair by pair with minijinja's own
-//! `+`, so what the template computes does not change.
+//! `+`, so what the template computes does not change. A chain that is a
+//! whole `{{ … }}` becomes `__pg_emit(…)` ([`emit`]), whose strings go to
+//! the output without being concatenated.
 //!
 //! The rewrite works on the tokens of one tag and only where it can prove
 //! the chain is exactly what minijinja's parser would have built: `+` is
@@ -19,18 +21,24 @@
 //! (a `-`, an `is` test, a number or name this lexer is unsure of) leaves
 //! the tag as written.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
-use minijinja::value::{Rest, ValueKind};
+use minijinja::value::{Object, ObjectRepr, Rest, ValueKind};
 use minijinja::{
     AutoEscape, Environment, Error, ErrorKind, Expression, State, UndefinedBehavior, Value,
 };
 
-/// The function a rewritten chain calls. A template that mentions it (or
-/// uses `autoescape`, see [`may_rewrite`]) is never rewritten, and the
-/// render context never carries a variable of this name, which would
-/// shadow the function.
+/// The function a rewritten chain calls. A template that mentions it or
+/// [`EMIT`] (or uses `autoescape`, see [`may_rewrite`]) is never rewritten,
+/// and the render context never carries a variable of these names, which
+/// would shadow the functions.
 pub const ADD: &str = "__pg_add";
+
+/// What a chain that is a whole `{{ … }}` calls instead: its value is only
+/// ever printed (minijinja's `Emit` hands it to the formatter and to nothing
+/// else), so all-string operands are kept as [`Pieces`] and written one by
+/// one, without being concatenated at all.
+pub const EMIT: &str = "__pg_emit";
 
 /// Whether chains in `source` may be rewritten at all.
 ///
@@ -230,7 +238,8 @@ impl Scanner<'_> {
 
     /// Rewrites tokens `lo..hi` (one bracket level) and returns their text
     /// from the first token's start to the last one's end.
-    fn level(&mut self, lo: usize, hi: usize, block: bool) -> Option<String> {
+    /// `emit_tag`: this is the top level of a `{{ … }}` tag.
+    fn level(&mut self, lo: usize, hi: usize, block: bool, emit_tag: bool) -> Option<String> {
         let mut items = Vec::new();
         let mut i = lo;
         while i < hi {
@@ -240,7 +249,7 @@ impl Scanner<'_> {
                 let inner = if c == i + 1 {
                     self.body[t.end..self.toks[c].start].to_owned()
                 } else {
-                    let text = self.level(i + 1, c, false)?;
+                    let text = self.level(i + 1, c, false, false)?;
                     format!(
                         "{}{text}{}",
                         &self.body[t.end..self.toks[i + 1].start],
@@ -266,6 +275,12 @@ impl Scanner<'_> {
             }
         }
         let roles = self.roles(&items, block);
+        if emit_tag && !roles.contains(&Role::Boundary) {
+            // one segment, the whole expression: printed and nothing else
+            let mut out = String::new();
+            self.emit_segment(&items, EMIT, &mut out);
+            return Some(out);
+        }
         let mut out = String::new();
         let mut seg = 0;
         for k in 0..=items.len() {
@@ -276,7 +291,7 @@ impl Scanner<'_> {
             if roles[seg..k].contains(&Role::Statement) {
                 self.emit_verbatim(segment, &mut out);
             } else {
-                self.emit_segment(segment, &mut out);
+                self.emit_segment(segment, ADD, &mut out);
             }
             if let Some(item) = items.get(k) {
                 if seg < k {
@@ -379,7 +394,7 @@ impl Scanner<'_> {
 
     /// Writes a segment, as one call if it is a `+` chain of three or more
     /// operands.
-    fn emit_segment(&mut self, items: &[Item], out: &mut String) {
+    fn emit_segment(&mut self, items: &[Item], function: &str, out: &mut String) {
         let Some(operands) = self.chain(items) else {
             self.emit_verbatim(items, out);
             return;
@@ -393,7 +408,7 @@ impl Scanner<'_> {
         {
             out.push(' ');
         }
-        out.push_str(ADD);
+        out.push_str(function);
         out.push('(');
         for (n, (a, b)) in operands.into_iter().enumerate() {
             if n > 0 {
@@ -525,7 +540,7 @@ pub fn rewrite_tag(tag: &str, block: bool) -> Option<String> {
         close,
         changed: false,
     };
-    let text = scanner.level(0, n, block)?;
+    let text = scanner.level(0, n, block, !block)?;
     if !scanner.changed {
         return None;
     }
@@ -549,9 +564,9 @@ static FOLD_ENV: LazyLock<Environment<'static>> = LazyLock::new(|| {
 static PLUS: LazyLock<Result<Expression<'static, 'static>, Error>> =
     LazyLock::new(|| FOLD_ENV.compile_expression("a + b"));
 
-/// `a + b + c + …` as minijinja computes it, with one allocation when every
-/// operand is a string.
-pub fn add(state: &State, operands: Rest<Value>) -> Result<Value, Error> {
+/// Whether every operand is a string, which `+` then concatenates; an error
+/// under auto-escaping, where it would escape one side of a mixed pair.
+fn all_strings(state: &State, operands: &[Value]) -> Result<bool, Error> {
     if *state.auto_escape() != AutoEscape::None {
         // `may_rewrite` keeps autoescape blocks out; this is the proof.
         return Err(Error::new(
@@ -559,7 +574,45 @@ pub fn add(state: &State, operands: Rest<Value>) -> Result<Value, Error> {
             "internal: a rewritten `+` chain under auto-escaping",
         ));
     }
-    if operands.iter().all(|v| v.kind() == ValueKind::String) {
+    Ok(operands.iter().all(|v| v.kind() == ValueKind::String))
+}
+
+/// The strings of a chain that is a whole `{{ … }}`, printed one after the
+/// other by the template's formatter (`format_value`) exactly as their
+/// concatenation would be.
+#[derive(Debug)]
+pub struct Pieces(pub(super) Vec<Value>);
+
+impl Pieces {
+    pub fn strs(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|v| v.as_str().unwrap_or_default())
+    }
+}
+
+impl Object for Pieces {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+
+    // Never reached (only the formatter sees the value), but should anything
+    // print it, it prints as the string it stands for.
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.strs().try_for_each(|s| f.write_str(s))
+    }
+}
+
+/// `{{ a + b + c }}`: as [`add`], but strings are left unconcatenated.
+pub fn emit(state: &State, operands: Rest<Value>) -> Result<Value, Error> {
+    if all_strings(state, &operands)? {
+        return Ok(Value::from_object(Pieces(operands.0)));
+    }
+    add(state, operands)
+}
+
+/// `a + b + c + …` as minijinja computes it, with one allocation when every
+/// operand is a string.
+pub fn add(state: &State, operands: Rest<Value>) -> Result<Value, Error> {
+    if all_strings(state, &operands)? {
         let len = operands
             .iter()
             .map(|v| v.as_str().map_or(0, str::len))

@@ -96,8 +96,8 @@ pub struct RenderContext<'a> {
 pub struct ChatTemplate {
     env: Environment<'static>,
     format: ContentFormat,
-    /// `+` chains were rewritten into calls of `chains::ADD`, so no
-    /// template variable may shadow it.
+    /// `+` chains were rewritten into calls of `chains::ADD` and
+    /// `chains::EMIT`, so no template variable may shadow them.
     chains: bool,
 }
 
@@ -175,6 +175,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         if chains {
             env.add_function(chains::ADD, chains::add);
+            env.add_function(chains::EMIT, chains::emit);
         }
         env.add_template_owned(TEMPLATE_NAME, source::normalize(source, chains)?)
             .map_err(|e| TemplateError(format!("chat template does not compile: {e}")))?;
@@ -218,9 +219,9 @@ impl ChatTemplate {
             "add_generation_prompt".into(),
             ctx.add_generation_prompt.into(),
         ));
-        // The template as written never names `chains::ADD` (`may_rewrite`),
+        // The template as written never names the functions (`may_rewrite`),
         // so leaving such a variable out is invisible to it.
-        let shadows = |k: &str| self.chains && k == chains::ADD;
+        let shadows = |k: &str| self.chains && (k == chains::ADD || k == chains::EMIT);
         for (k, v) in ctx
             .special_tokens
             .iter()
@@ -276,6 +277,12 @@ fn format_value(
     let write_err = |_| Error::new(ErrorKind::WriteFailure, "formatting failed");
     if let Some(s) = value.as_str() {
         return out.write_str(s).map_err(write_err);
+    }
+    if let Some(pieces) = value.downcast_object_ref::<chains::Pieces>() {
+        return pieces
+            .strs()
+            .try_for_each(|s| out.write_str(s))
+            .map_err(write_err);
     }
     match value.kind() {
         ValueKind::Undefined => Ok(()),
