@@ -39,6 +39,12 @@ fn unknown() -> Error {
 /// Byte offsets of a Python slice `[start:end]` of `s` (in characters),
 /// plus the character index of its start.
 fn char_slice(s: &str, start: Option<i64>, end: Option<i64>) -> (usize, usize, usize) {
+    // The whole string, without counting its characters: `startswith`,
+    // `endswith` and `find` on a long message are called this way, and
+    // counting was most of a 100 kB render (issue 31).
+    if start.is_none() && end.is_none() {
+        return (0, s.len(), 0);
+    }
     let ascii = s.is_ascii();
     let len = if ascii { s.len() } else { s.chars().count() } as i64;
     let norm = |i: Option<i64>, default: i64| -> i64 {
@@ -83,9 +89,9 @@ fn find_impl(s: &str, args: &[Value], func: &str, reverse: bool) -> Result<Optio
     let args = positional(func, args, 1, 3)?;
     let sub = str_arg(func, &args[0])?;
     let (start, end) = slice_args(func, args)?;
-    let len = s.chars().count() as i64;
     // Python: an empty needle is found at `start` only if start <= len.
     if let Some(st) = start {
+        let len = s.chars().count() as i64;
         let st = if st < 0 { (st + len).max(0) } else { st };
         if st > len {
             return Ok(None);
@@ -320,8 +326,8 @@ fn string_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<V
             "startswith" | "endswith" => {
                 let args = positional(method, args, 1, 3)?;
                 let (start, end) = slice_args(method, args)?;
-                let len = s.chars().count() as i64;
                 if let Some(st) = start {
+                    let len = s.chars().count() as i64;
                     let st = if st < 0 { (st + len).max(0) } else { st };
                     if st > len {
                         return Ok(Value::from(false));
@@ -373,8 +379,8 @@ fn string_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<V
                 let args = positional(method, args, 1, 3)?;
                 let sub = str_arg(method, &args[0])?;
                 let (start, end) = slice_args(method, args)?;
-                let len = s.chars().count() as i64;
                 if let Some(st) = start {
+                    let len = s.chars().count() as i64;
                     let st = if st < 0 { (st + len).max(0) } else { st };
                     if st > len {
                         return Ok(Value::from(0));

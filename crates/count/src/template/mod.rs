@@ -13,11 +13,16 @@
 //! * `strftime`: `strftime_now` as CPython on glibc;
 //! * `detect`: SGLang's content-format detection.
 //!
+//! Not a difference from Jinja2 but a cost of minijinja's: `chains` rewrites
+//! `a + b + c` into one call that concatenates once, so a long message is
+//! not copied again by every `+` after it (issue 31).
+//!
 //! What cannot be matched is listed in the tests (`KNOWN_DIVERGENT`,
 //! `KNOWN_REFUSED`, `known_misrenders_are_as_documented`) and in
 //! `docs/template-compat.md` §6.
 
 mod args;
+mod chains;
 mod detect;
 mod filters;
 mod methods;
@@ -32,6 +37,8 @@ mod tojson;
 #[cfg(test)]
 #[rustfmt::skip]
 mod snippet_cases;
+#[cfg(test)]
+mod chain_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -89,6 +96,9 @@ pub struct RenderContext<'a> {
 pub struct ChatTemplate {
     env: Environment<'static>,
     format: ContentFormat,
+    /// `+` chains were rewritten into calls of `chains::ADD` and
+    /// `chains::EMIT`, so no template variable may shadow them.
+    chains: bool,
 }
 
 const TEMPLATE_NAME: &str = "chat";
@@ -133,6 +143,19 @@ impl std::error::Error for Raised {}
 
 impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self, TemplateError> {
+        if !chains::may_rewrite(source) {
+            return Self::build(source, false);
+        }
+        // A rewritten chain nests the parser two levels deeper (a call and
+        // its arguments), so a template near minijinja's parser recursion
+        // limit could fail only rewritten: it is then compiled as written,
+        // which also reports a real syntax error as written.
+        Self::build(source, true).or_else(|_| Self::build(source, false))
+    }
+
+    /// `chains`: rewrite `+` chains (`chains::rewrite_tag`); off only to
+    /// hold the rewrite against the template as written.
+    fn build(source: &str, chains: bool) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
             .trim_blocks(true)
@@ -150,11 +173,16 @@ impl ChatTemplate {
         filters::install(&mut env);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source::normalize(source)?)
+        if chains {
+            env.add_function(chains::ADD, chains::add);
+            env.add_function(chains::EMIT, chains::emit);
+        }
+        env.add_template_owned(TEMPLATE_NAME, source::normalize(source, chains)?)
             .map_err(|e| TemplateError(format!("chat template does not compile: {e}")))?;
         Ok(Self {
             env,
             format: detect_content_format(source),
+            chains,
         })
     }
 
@@ -191,11 +219,20 @@ impl ChatTemplate {
             "add_generation_prompt".into(),
             ctx.add_generation_prompt.into(),
         ));
-        for (k, v) in ctx.special_tokens {
-            vars.push((k.as_str().into(), conv(v)?));
-        }
-        for (k, v) in ctx.extra {
-            vars.push((k.as_str().into(), conv(v)?));
+        // The template as written never names the functions (`may_rewrite`),
+        // so leaving such a variable out is invisible to it.
+        let shadows = |k: &str| self.chains && (k == chains::ADD || k == chains::EMIT);
+        for (k, v) in ctx
+            .special_tokens
+            .iter()
+            .map(|(k, v)| (k, v))
+            .chain(ctx.extra)
+        {
+            // converted all the same: a value too deep to convert still fails
+            let v = conv(v)?;
+            if !shadows(k) {
+                vars.push((k.as_str().into(), v));
+            }
         }
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.
         let context = minijinja::Value::from_pairs(vars);
@@ -240,6 +277,12 @@ fn format_value(
     let write_err = |_| Error::new(ErrorKind::WriteFailure, "formatting failed");
     if let Some(s) = value.as_str() {
         return out.write_str(s).map_err(write_err);
+    }
+    if let Some(pieces) = value.downcast_object_ref::<chains::Pieces>() {
+        return pieces
+            .strs()
+            .try_for_each(|s| out.write_str(s))
+            .map_err(write_err);
     }
     match value.kind() {
         ValueKind::Undefined => Ok(()),

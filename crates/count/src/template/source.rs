@@ -7,15 +7,19 @@
 //!   gives them (`literal.encode("ascii", "backslashreplace").decode("unicode-escape")`):
 //!   minijinja lacks `\U`, `\a`, `\v`, line continuations and octal above
 //!   `\377`, and turns `\/` into `/`.
+//!
+//! With `chains`, `+` chains in expressions also become one call
+//! (`chains::rewrite_tag`): not for Jinja2's sake, but so that a long
+//! message is not copied once per `+` (issue 31).
 
-use super::TemplateError;
+use super::{chains, TemplateError};
 
-pub fn normalize(source: &str) -> Result<String, TemplateError> {
+pub fn normalize(source: &str, chains: bool) -> Result<String, TemplateError> {
     let s = source.replace("\r\n", "\n").replace('\r', "\n");
-    rewrite(&s)
+    rewrite(&s, chains)
 }
 
-fn rewrite(s: &str) -> Result<String, TemplateError> {
+fn rewrite(s: &str, chains: bool) -> Result<String, TemplateError> {
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
@@ -31,7 +35,7 @@ fn rewrite(s: &str) -> Result<String, TemplateError> {
             out.push_str(&s[at..end]);
             i = end;
         } else if rest.starts_with("{{") {
-            i = copy_tag(s, at, 2, "}}", &mut out)?;
+            i = copy_expression_tag(s, at, "}}", chains, &mut out)?;
         } else if rest.starts_with("{%") {
             if let Some(end) = raw_block_end(s, at) {
                 out.push_str(&s[at..end]);
@@ -40,7 +44,7 @@ fn rewrite(s: &str) -> Result<String, TemplateError> {
                 out.push_str(&replacement);
                 i = at + len;
             } else {
-                i = copy_tag(s, at, 2, "%}", &mut out)?;
+                i = copy_expression_tag(s, at, "%}", chains, &mut out)?;
             }
         } else {
             out.push('{');
@@ -50,15 +54,35 @@ fn rewrite(s: &str) -> Result<String, TemplateError> {
     Ok(out)
 }
 
+/// [`copy_tag`], then (with `chains`) the tag's `+` chains rewritten.
+fn copy_expression_tag(
+    s: &str,
+    start: usize,
+    end: &str,
+    chains: bool,
+    out: &mut String,
+) -> Result<usize, TemplateError> {
+    let from = out.len();
+    let (next, closed) = copy_tag(s, start, 2, end, out)?;
+    if chains && closed {
+        if let Some(tag) = chains::rewrite_tag(&out[from..], end == "%}") {
+            out.truncate(from);
+            out.push_str(&tag);
+        }
+    }
+    Ok(next)
+}
+
 /// Copies a `{{ … }}` or `{% … %}` tag, rewriting its string literals; the
 /// end delimiter only counts outside brackets, as in Jinja2's lexer.
+/// Returns where the tag ends and whether its end delimiter was found.
 fn copy_tag(
     s: &str,
     start: usize,
     open_len: usize,
     end: &str,
     out: &mut String,
-) -> Result<usize, TemplateError> {
+) -> Result<(usize, bool), TemplateError> {
     let b = s.as_bytes();
     out.push_str(&s[start..start + open_len]);
     let mut i = start + open_len;
@@ -78,7 +102,7 @@ fn copy_tag(
                 if j >= b.len() {
                     // unterminated: leave it to the parser to report
                     out.push_str(&s[i..]);
-                    return Ok(s.len());
+                    return Ok((s.len(), false));
                 }
                 if has_escape {
                     let value = python_unescape(&s[i + 1..j])?;
@@ -107,7 +131,7 @@ fn copy_tag(
             }
             _ if depth == 0 && s[i..].starts_with(end) => {
                 out.push_str(end);
-                return Ok(i + end.len());
+                return Ok((i + end.len(), true));
             }
             _ => {
                 let ch_len = s[i..].chars().next().map_or(1, char::len_utf8);
@@ -116,7 +140,7 @@ fn copy_tag(
             }
         }
     }
-    Ok(i)
+    Ok((i, false))
 }
 
 /// Parses `{%[-+]? name [-+]?%}` with only whitespace around the name;

@@ -6,7 +6,7 @@
 use super::snippet_cases::{BASE_CONTEXT, KNOWN_DIVERGENT, SNIPPETS, SPECIAL};
 use super::*;
 
-fn fixed_now() -> chrono::NaiveDateTime {
+pub(super) fn fixed_now() -> chrono::NaiveDateTime {
     chrono::NaiveDate::from_ymd_opt(2025, 1, 15)
         .and_then(|d| d.and_hms_opt(12, 0, 0))
         .expect("valid date")
@@ -199,7 +199,7 @@ fn content_format_matches_sglang() {
 
 /// The named special tokens of `tokenizer_config.json` (string or AddedToken),
 /// as `gen_fixtures.py` extracts them.
-fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, Value)> {
+pub(super) fn config_special_tokens(dir: &std::path::Path) -> Vec<(String, Value)> {
     let config: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("tokenizer_config.json"))
             .expect("read tokenizer_config.json"),
@@ -791,4 +791,23 @@ fn known_misrenders_are_as_documented() {
             .expect("renders");
         assert_eq!(&got, ours, "{src}");
     }
+}
+
+/// `find`/`count`/`startswith`... without bounds skip counting characters
+/// (`methods::char_slice`); with and without bounds they answer as CPython
+/// 3.11 does (values from `python3 -c`), on non-ASCII text.
+#[test]
+fn str_search_methods_with_and_without_bounds() {
+    let src = "{% set s = 'héllo wörld' %}{{ [s.find('l'), s.rfind('l'), s.index('w'), s.count('l'), \
+               s.startswith('hé'), s.endswith(('x', 'ld')), ''.find(''), 'é'.rfind(''), ''.count(''), \
+               'éé'.count(''), 'héllo'.find('l', 3), 'héllo'.startswith('l', -2), \
+               'héllo'.endswith('é', 0, 2), 'héllo'.find('', 6), 'héllo'.startswith('', 6), \
+               'héllo'.count('', 6), s.rindex('ö'), s.find('ö', -5, -1)] }}";
+    let got = ChatTemplate::new(src)
+        .and_then(|t| t.render(&simple_ctx(&Value::Array(vec![]), &Map::new(), &[])))
+        .expect("renders");
+    assert_eq!(
+        got,
+        "[2, 9, 6, 3, True, True, 0, 1, 1, 3, 3, True, True, -1, False, 0, 7, 7]"
+    );
 }
