@@ -443,11 +443,18 @@ async fn accept<S, B>(
                             None => conn.await,
                             Some((slot, limits, metrics, listener)) => {
                                 let _slot = slot;
+                                // The timeout is counted inside the branch's own future:
+                                // select! drops the connection (closing it) before a
+                                // handler runs, and a client that sees the close must
+                                // find it counted already.
+                                let timed_out = async {
+                                    let phase = conn::watchdog(activity, framing, limits).await;
+                                    metrics.client_timeout(LISTENERS[listener], phase.label());
+                                    phase
+                                };
                                 tokio::select! {
                                     ended = conn => ended,
-                                    phase = conn::watchdog(activity, framing, limits) => {
-                                        // Dropping the connection closes it.
-                                        metrics.client_timeout(LISTENERS[listener], phase.label());
+                                    phase = timed_out => {
                                         tracing::debug!(%peer, phase = phase.label(), "client too slow: connection closed");
                                         Ok(())
                                     }
