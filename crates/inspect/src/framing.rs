@@ -82,11 +82,6 @@ impl Sniffer {
         Ok(())
     }
 
-    /// Takes the next bytes read from the connection.
-    pub fn feed(&mut self, bytes: &[u8]) {
-        self.follow(bytes);
-    }
-
     /// Whether a request head has begun to arrive and is not complete yet
     /// (the guard times how long one takes: `header_read_timeout_ms`).
     pub fn head_partial(&self) -> bool {
@@ -97,7 +92,8 @@ impl Sniffer {
         }
     }
 
-    fn follow(&mut self, mut bytes: &[u8]) {
+    /// Takes the next bytes read from the connection.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             bytes = match std::mem::replace(&mut self.state, State::Done) {
                 State::Done => return,
@@ -111,7 +107,7 @@ impl Sniffer {
                     if !H2_PREFACE.starts_with(&seen) {
                         // HTTP/1: everything seen so far starts the first head.
                         self.state = State::Head(Vec::new());
-                        self.follow(&seen);
+                        self.feed(&seen);
                     } else if seen.len() == H2_PREFACE.len() {
                         self.state = State::Http2;
                         return;
