@@ -22,7 +22,7 @@ use prefill_guard_count::{
     ChatTemplate, Clock, CountMethod, CountPolicy, ModelCounter, TokenizerClass, TokenizerConfig,
 };
 use prefill_guard_inspect::framing::Sniffer;
-use prefill_guard_inspect::json::{canonical, parse_strict};
+use prefill_guard_inspect::json::{canonical, parse_reference, parse_strict, read_strict};
 use prefill_guard_inspect::path::canonical_path;
 use prefill_guard_inspect::{extract as extract_units, Route};
 use serde_json::{json, Map, Value};
@@ -111,6 +111,22 @@ pub fn path(data: &[u8]) {
 /// duplicate key slipped through), and the canonical bytes forwarded upstream
 /// are serde_json's own and read back to the same tree.
 pub fn json(data: &[u8]) {
+    // The request path's one-pass reader gives serde_json's verdict: the
+    // same tree, or the same refusal, and canonical bytes of that tree.
+    let reference = parse_reference(data);
+    let fast = read_strict(&bytes::Bytes::copy_from_slice(data));
+    match (&reference, &fast) {
+        (Ok(v), Ok(strict)) => {
+            assert_eq!(&strict.value, v, "the one-pass reader reads another tree");
+            assert_eq!(
+                &strict.canonical[..],
+                &canonical(v, data.len())[..],
+                "the one-pass reader spells other canonical bytes"
+            );
+        }
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        _ => panic!("the readers disagree: reference {reference:?}, reader {fast:?}"),
+    }
     let Ok(value) = parse_strict(data) else {
         return;
     };

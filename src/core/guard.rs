@@ -49,7 +49,8 @@ struct Core {
 
 /// A parsed request, with the counter and limit of its model's profile.
 struct Inspected {
-    value: Arc<serde_json::Value>,
+    /// The canonical body, forwarded if the request is allowed.
+    canonical: Bytes,
     units: Vec<Unit>,
     counter: Arc<ModelCounter>,
     limit: usize,
@@ -329,7 +330,7 @@ impl Core {
         route: Route,
         partition: Partition,
         request_id: Option<&Arc<str>>,
-        body: &[u8],
+        body: &Bytes,
         count: F,
     ) -> Result<Bytes, Reason>
     where
@@ -337,7 +338,7 @@ impl Core {
         Fut: Future<Output = Result<Vec<Counted>, Reason>>,
     {
         let Inspected {
-            value,
+            canonical,
             units,
             counter,
             limit,
@@ -353,14 +354,20 @@ impl Core {
         })
         .await;
         record.count_time = Some(started.elapsed());
-        let verdict = conclude(record, &value, counted?, limit, body.len())?;
+        conclude(record, counted?, limit)?;
         self.check_sample(record, counter, sampled, request_id);
-        Ok(verdict)
+        Ok(canonical)
     }
 
     /// Parses the body, extracts its prompt units and finds its model and limit.
-    fn inspect(&self, record: &mut Record, route: Route, body: &[u8]) -> Result<Inspected, Reason> {
-        let value = Arc::new(json::parse_strict(body)?);
+    fn inspect(
+        &self,
+        record: &mut Record,
+        route: Route,
+        body: &Bytes,
+    ) -> Result<Inspected, Reason> {
+        let json::Strict { value, canonical } = json::read_strict(body)?;
+        let value = Arc::new(value);
         let request = inspect::extract(route, value.clone())?;
         let model = self.select(request.model.as_deref())?;
         record.model = Some(model.to_string());
@@ -381,7 +388,7 @@ impl Core {
         record.limit = Some(limit);
         let units = counter.server_units(route, &value, request.units)?;
         Ok(Inspected {
-            value,
+            canonical,
             units,
             counter,
             limit,
@@ -441,15 +448,9 @@ impl Core {
     }
 }
 
-/// Applies the limit to the counts and, when every unit fits, returns the
-/// canonical body to forward. Fills what the metrics and the log report.
-fn conclude(
-    record: &mut Record,
-    value: &serde_json::Value,
-    counts: Vec<Counted>,
-    limit: usize,
-    body_len: usize,
-) -> Result<Bytes, Reason> {
+/// Applies the limit to the counts: `Ok` when every unit fits. Fills what
+/// the metrics and the log report.
+fn conclude(record: &mut Record, counts: Vec<Counted>, limit: usize) -> Result<(), Reason> {
     let method = overall_method(&counts);
     record.count_method = Some(method);
     let largest = counts.iter().map(|c| c.tokens).max();
@@ -472,7 +473,7 @@ fn conclude(
             });
         }
     }
-    Ok(json::canonical(value, body_len))
+    Ok(())
 }
 
 /// From this many body bytes per token of the limit, a large body is

@@ -10,14 +10,17 @@
 //! the guard and to a "last duplicate wins" reader with Python `json`'s
 //! semantics (serde_json's own `Value`), and re-serialising it
 //! (`json::canonical`) changes nothing a reader can see. So no body the guard
-//! reads as one document and SGLang reads as another is ever forwarded.
+//! reads as one document and SGLang reads as another is ever forwarded. The
+//! request path's one-pass reader (`read_strict`) gives serde_json's verdict
+//! on every body these build: the same tree or the same refusal, and
+//! canonical bytes that are `canonical` of that tree.
 
 use http::Uri;
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
-use prefill_guard_inspect::json::{canonical, parse_strict};
+use prefill_guard_inspect::json::{canonical, parse_reference, parse_strict, read_strict};
 use prefill_guard_inspect::path::canonical_path;
 use prefill_guard_inspect::Refusal;
 
@@ -318,6 +321,7 @@ fn objects(v: &Value) -> usize {
 /// The guard's reading and the reference reading of an accepted body agree,
 /// and so does the reading of what the guard forwards.
 fn agree(body: &[u8]) -> Result<(), TestCaseError> {
+    same_as_reference(body)?;
     let Ok(guard) = parse_strict(body) else {
         return Ok(());
     };
@@ -331,6 +335,23 @@ fn agree(body: &[u8]) -> Result<(), TestCaseError> {
     prop_assert_eq!(parse_strict(&forwarded).unwrap(), guard.clone());
     let upstream: Value = serde_json::from_slice(&forwarded).unwrap();
     prop_assert_eq!(upstream, guard);
+    Ok(())
+}
+
+/// The request path's one-pass reader and serde_json (the reference) give
+/// one verdict: the same tree, or the same refusal; and its canonical bytes
+/// are `canonical` of that tree.
+fn same_as_reference(body: &[u8]) -> Result<(), TestCaseError> {
+    let fast = read_strict(&bytes::Bytes::copy_from_slice(body));
+    match (parse_reference(body), fast) {
+        (Ok(reference), Ok(strict)) => {
+            prop_assert_eq!(&strict.value, &reference);
+            prop_assert_eq!(strict.canonical.to_vec(), canonical(&reference, 0).to_vec());
+            prop_assert_eq!(parse_strict(body).ok(), Some(reference));
+        }
+        (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+        (reference, fast) => prop_assert!(false, "reference {reference:?}, reader {fast:?}"),
+    }
     Ok(())
 }
 

@@ -5,15 +5,74 @@
 //! of those but duplicate keys, which `count::py::PlainValue` refuses here (the same
 //! reader `json_loads` uses, so serde_json's private raw-value key is an
 //! ordinary key in both).
+//!
+//! Two readers give that one reading. [`reader`] is the request path's: one
+//! pass, which also spells the canonical bytes. serde_json with `PlainValue`
+//! ([`parse_reference`]) is the reference it is held to (property tests,
+//! the `json` fuzz target) and the one that explains a refusal, so that what
+//! a client is told is serde_json's message whichever reader ran.
 
+mod reader;
+
+use bytes::Bytes;
 use serde::de::DeserializeSeed;
 use serde_json::Value;
 
 use crate::Refusal;
 use prefill_guard_count::py::{Duplicates, PlainValue};
 
+use reader::Spelled;
+
+/// A body read strictly: the tree the guard counts and the canonical bytes
+/// it forwards ([`canonical`] of that tree, byte for byte).
+#[derive(Debug)]
+pub struct Strict {
+    pub value: Value,
+    pub canonical: Bytes,
+}
+
+/// Reads a request body into a `Value` (key order kept) and its canonical
+/// bytes in one pass, refusing anything ambiguous. A body already in
+/// canonical form (compact, escapes as serde_json writes them) is its own
+/// canonical bytes, shared rather than copied.
+pub fn read_strict(body: &Bytes) -> Result<Strict, Refusal> {
+    match reader::read(body, true) {
+        Ok((value, Some(spelled))) => Ok(Strict {
+            value,
+            canonical: match spelled {
+                Spelled::Prefix(len) => body.slice(..len),
+                Spelled::Written(bytes) => Bytes::from(bytes),
+            },
+        }),
+        Ok((_, None)) | Err(reader::Fail) => Err(refusal(body)),
+    }
+}
+
 /// Parses a request body into a `Value` (key order kept), refusing anything ambiguous.
 pub fn parse_strict(body: &[u8]) -> Result<Value, Refusal> {
+    match reader::read(body, false) {
+        Ok((value, _)) => Ok(value),
+        Err(reader::Fail) => Err(refusal(body)),
+    }
+}
+
+/// Why the request path's reader refused `body`, in serde_json's words. Should
+/// serde_json accept it, the two readers disagree and neither reading can be
+/// trusted: the body is refused all the same (the tests hold that this
+/// never happens).
+fn refusal(body: &[u8]) -> Refusal {
+    match parse_reference(body) {
+        Err(refusal) => refusal,
+        Ok(_) => Refusal::InvalidJson(
+            "the body reads differently to the guard's two JSON readers".into(),
+        ),
+    }
+}
+
+/// The reference reading: serde_json with the core's `PlainValue`, which
+/// refuses duplicate keys. Slower than [`parse_strict`], which must accept
+/// exactly what this accepts and read it to the same `Value`.
+pub fn parse_reference(body: &[u8]) -> Result<Value, Refusal> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = PlainValue(Duplicates::Refuse)
         .deserialize(&mut de)
@@ -212,6 +271,145 @@ mod tests {
         assert_eq!(
             std::str::from_utf8(&canonical(&v, 0)).unwrap(),
             "{\"z\":1.0,\"a\":\"\u{e9}\\n\",\"n\":18446744073709551615}"
+        );
+    }
+
+    /// The request path's reader against the reference: the same verdict,
+    /// the same tree, and canonical bytes that are `canonical` of that tree.
+    fn same_reading(body: &[u8]) {
+        let reference = parse_reference(body);
+        let fast = read_strict(&Bytes::copy_from_slice(body));
+        match (&reference, &fast) {
+            (Ok(v), Ok(strict)) => {
+                assert_eq!(&strict.value, v, "{:?}", String::from_utf8_lossy(body));
+                assert_eq!(
+                    strict.canonical.to_vec(),
+                    canonical(v, 0).to_vec(),
+                    "{:?}",
+                    String::from_utf8_lossy(body)
+                );
+                assert_eq!(parse_strict(body).ok().as_ref(), Some(v));
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            _ => panic!(
+                "{:?}: reference {reference:?}, reader {fast:?}",
+                String::from_utf8_lossy(body)
+            ),
+        }
+    }
+
+    #[test]
+    fn the_reader_reads_as_the_reference_does() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b" ",
+            b"{}",
+            b"[]",
+            b" {} ",
+            b"{} x",
+            b"{},",
+            b"[1,]",
+            b"{\"a\":1,}",
+            b"[,1]",
+            b"true",
+            b"tru",
+            b"truex",
+            b"null",
+            b"nul",
+            b"false ",
+            b"\"\"",
+            b"\"abc",
+            b"\"a\\\"",
+            b"0",
+            b"-0",
+            b"-",
+            b"01",
+            b"1.",
+            b".5",
+            b"+1",
+            b"1e5",
+            b"1E+5",
+            b"1e-5",
+            b"-1.5e-300",
+            b"1e400",
+            b"-1e400",
+            b"18446744073709551615",
+            b"18446744073709551616",
+            b"-9223372036854775808",
+            b"-9223372036854775809",
+            b"12.0e0",
+            b"1.2E+1",
+            b"0.1",
+            b"100000000000000000000000000000000000000000",
+            b"1.7976931348623157e308",
+            b"[1 ,2 , 3]",
+            b"{\"a\" : [ true , null ] }",
+            b"[1-2]",
+            b"[1e]",
+            b"[--1]",
+            b"[1.5.3]",
+            br#"{"a":"\ud83d\ude00"}"#,
+            br#"{"a":"\ud800"}"#,
+            br#"{"a":"\udc00"}"#,
+            br#"{"a":"\ud800\u0041"}"#,
+            br#"{"a":"\ud800\ud800"}"#,
+            br#"{"a":"\ud800x"}"#,
+            br#"{"a":"\u00e9\u00E9\u001f\u001F\u0008\u0000\u007f"}"#,
+            br#"["\/", "/"]"#,
+            br#"["\b\f\n\r\t\"\\"]"#,
+            br#"["\x"]"#,
+            br#"["\u12"]"#,
+            br#"["\u12G4"]"#,
+            br#"["\"#,
+            b"[\"\x01\"]",
+            b"[\"\t\"]",
+            b"[\"\x7f\"]",
+            "[\"caf\u{e9} \u{1F600}\"]".as_bytes(),
+            b"[\"\xff\"]",
+            b"[\"\xed\xa0\x80\"]",
+            b"\xef\xbb\xbf{}",
+            b"{\"a\":1}\xff",
+            br#"{"x":1,"x":2}"#,
+            br#"{"x":1,"\u0078":2}"#,
+            br#"{"a":{"b":{"c":1,"c":2}}}"#,
+            br#"{"x":1,"x""#,
+            b"{\"x\":1,\"x\":\"\xff\"}",
+            br#"{"$serde_json::private::RawValue":1}"#,
+            br#"{"a":NaN}"#,
+            br#"{"a":Infinity}"#,
+            br#"{"a" 1}"#,
+            br#"{1:2}"#,
+            br#"{"a":}"#,
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":16}",
+            b"{\"messages\": [{\"role\": \"user\", \"content\": \"hi\\n\"}]}\n",
+        ];
+        for body in cases {
+            same_reading(body);
+        }
+        for depth in [1, 126, 127, 128, 129, 300] {
+            for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+                let body = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+                same_reading(body.as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn a_canonical_body_is_forwarded_without_a_copy() {
+        let body = Bytes::from_static(br#"{"messages":[{"role":"user","content":"a\nb"}]}"#);
+        let strict = read_strict(&body).unwrap();
+        assert_eq!(strict.canonical, body);
+        assert_eq!(strict.canonical.as_ptr(), body.as_ptr());
+        // Trailing whitespace is left off, still without a copy.
+        let spaced = Bytes::from_static(b"{\"a\":1} \n");
+        let strict = read_strict(&spaced).unwrap();
+        assert_eq!(&strict.canonical[..], b"{\"a\":1}");
+        assert_eq!(strict.canonical.as_ptr(), spaced.as_ptr());
+        // A spelling serde_json would not write is written apart.
+        let escaped = Bytes::from_static(br#"{"a":"\u00e9"}"#);
+        assert_eq!(
+            &read_strict(&escaped).unwrap().canonical[..],
+            "{\"a\":\"\u{e9}\"}".as_bytes()
         );
     }
 

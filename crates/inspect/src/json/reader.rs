@@ -1,0 +1,388 @@
+//! The strict reader's one pass over a body: it checks the whole body's UTF-8
+//! once, finds string ends with SIMD search, builds the `Value` and, when
+//! asked, the canonical bytes in the same pass.
+//!
+//! It accepts exactly what serde_json with [`PlainValue`] accepts and builds
+//! the same tree (numbers are handed to serde_json itself, span by span), or
+//! it fails without saying why: the caller then asks serde_json, the
+//! reference, for the refusal. The property tests and the `json` fuzz target
+//! hold the two to each other.
+//!
+//! The canonical bytes are the client's own for as long as they are already
+//! canonical (no whitespace between tokens, every string and number spelled
+//! as serde_json writes it), and are only copied from the first difference
+//! on: a compact body is forwarded without a copy.
+
+use memchr::{memchr, memchr2};
+use serde::de::DeserializeSeed;
+use serde_json::{Map, Value};
+
+use prefill_guard_count::py::{Duplicates, PlainValue};
+
+/// serde_json's nesting limit: its reader refuses the 128th open bracket.
+const DEPTH: usize = 128;
+
+/// The body is not read as serde_json reads it; the reference says why.
+pub(super) struct Fail;
+
+type Read<T> = Result<T, Fail>;
+
+/// The canonical bytes of a body read with `emit`.
+pub(super) enum Spelled {
+    /// The body's own first bytes (all but trailing whitespace).
+    Prefix(usize),
+    /// Written apart: the body differs from them.
+    Written(Vec<u8>),
+}
+
+/// Reads `body`; with `emit`, also its canonical bytes (else `None`).
+pub(super) fn read(body: &[u8], emit: bool) -> Read<(Value, Option<Spelled>)> {
+    let text = simdutf8::basic::from_utf8(body).map_err(|_| Fail)?;
+    let mut reader = Reader {
+        src: body,
+        text,
+        pos: 0,
+        depth: DEPTH,
+        out: Canonical {
+            src: body,
+            on: emit,
+            written: None,
+            same: 0,
+        },
+    };
+    let value = reader.value()?;
+    reader.ws();
+    if reader.pos != body.len() {
+        return Err(Fail);
+    }
+    let canonical = emit.then(|| reader.out.finish());
+    Ok((value, canonical))
+}
+
+struct Reader<'a> {
+    src: &'a [u8],
+    /// `src`, known to be UTF-8: strings are sliced out of it.
+    text: &'a str,
+    pos: usize,
+    /// Brackets that may still open before serde_json's limit.
+    depth: usize,
+    out: Canonical<'a>,
+}
+
+impl Reader<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.pos).copied()
+    }
+
+    /// JSON's whitespace; the canonical bytes have none.
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// The one-byte token `b`, kept in the canonical bytes.
+    fn punct(&mut self, b: u8) -> Read<()> {
+        if self.peek() != Some(b) {
+            return Err(Fail);
+        }
+        self.out.keep(self.pos, self.pos + 1);
+        self.pos += 1;
+        Ok(())
+    }
+
+    fn value(&mut self) -> Read<Value> {
+        self.ws();
+        match self.peek().ok_or(Fail)? {
+            b'{' => self.object(),
+            b'[' => self.array(),
+            b'"' => self.string().map(Value::String),
+            b't' => self.literal(b"true", Value::Bool(true)),
+            b'f' => self.literal(b"false", Value::Bool(false)),
+            b'n' => self.literal(b"null", Value::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => Err(Fail),
+        }
+    }
+
+    fn enter(&mut self) -> Read<()> {
+        self.depth -= 1;
+        if self.depth == 0 {
+            return Err(Fail);
+        }
+        Ok(())
+    }
+
+    fn object(&mut self) -> Read<Value> {
+        self.enter()?;
+        self.punct(b'{')?;
+        let mut map = Map::new();
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.punct(b'}')?;
+        } else {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return Err(Fail);
+                }
+                let key = self.string()?;
+                // Before the colon, as serde_json's `next_key` is.
+                if map.contains_key(&key) {
+                    return Err(Fail);
+                }
+                self.ws();
+                self.punct(b':')?;
+                let value = self.value()?;
+                map.insert(key, value);
+                self.ws();
+                if self.peek() == Some(b',') {
+                    self.punct(b',')?;
+                } else {
+                    self.punct(b'}')?;
+                    break;
+                }
+            }
+        }
+        self.depth += 1;
+        Ok(Value::Object(map))
+    }
+
+    fn array(&mut self) -> Read<Value> {
+        self.enter()?;
+        self.punct(b'[')?;
+        let mut items = Vec::new();
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.punct(b']')?;
+        } else {
+            loop {
+                items.push(self.value()?);
+                self.ws();
+                if self.peek() == Some(b',') {
+                    self.punct(b',')?;
+                } else {
+                    self.punct(b']')?;
+                    break;
+                }
+            }
+        }
+        self.depth += 1;
+        Ok(Value::Array(items))
+    }
+
+    fn literal(&mut self, word: &[u8], value: Value) -> Read<Value> {
+        let end = self.pos + word.len();
+        if self.src.get(self.pos..end) != Some(word) {
+            return Err(Fail);
+        }
+        self.out.keep(self.pos, end);
+        self.pos = end;
+        Ok(value)
+    }
+
+    /// A number is read by serde_json itself, so that every spelling reads
+    /// to the very `Number` it would. The span is the longest run of the
+    /// bytes a number is spelled with: in a valid document a number is never
+    /// followed by one, so the span is the number or the body is invalid.
+    fn number(&mut self) -> Read<Value> {
+        let start = self.pos;
+        let len = self.src[start..]
+            .iter()
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(self.src.len() - start);
+        let span = self.text.get(start..start + len).ok_or(Fail)?;
+        let mut de = serde_json::Deserializer::from_str(span);
+        let value = PlainValue(Duplicates::Refuse)
+            .deserialize(&mut de)
+            .map_err(|_| Fail)?;
+        de.end().map_err(|_| Fail)?;
+        let Value::Number(n) = &value else {
+            return Err(Fail);
+        };
+        self.pos = start + len;
+        if self.out.on {
+            let written = n.to_string();
+            if written == span {
+                self.out.keep(start, self.pos);
+            } else {
+                self.out.write(written.as_bytes());
+            }
+        }
+        Ok(value)
+    }
+
+    /// A string, from its opening quote.
+    fn string(&mut self) -> Read<String> {
+        let open = self.pos;
+        let start = open + 1;
+        // The closing quote: the first `"` no backslash escapes. An escape's
+        // own bytes are checked when it is decoded; `\u`'s hex digits are
+        // never a quote or a backslash, so skipping one byte finds the end.
+        let mut at = start;
+        let mut escaped = false;
+        let close = loop {
+            let rest = self.src.get(at..).ok_or(Fail)?;
+            let found = at + memchr2(b'"', b'\\', rest).ok_or(Fail)?;
+            if self.src[found] == b'"' {
+                break found;
+            }
+            escaped = true;
+            at = found + 2;
+        };
+        let raw = &self.src[start..close];
+        if has_control(raw) {
+            return Err(Fail);
+        }
+        let text = self.text.get(start..close).ok_or(Fail)?;
+        self.pos = close + 1;
+        if !escaped {
+            self.out.keep(open, self.pos);
+            return Ok(text.to_owned());
+        }
+        let (decoded, canonical) = unescape(text)?;
+        if canonical {
+            self.out.keep(open, self.pos);
+        } else if self.out.on {
+            let mut written = Vec::with_capacity(decoded.len() + 2);
+            super::write_string(&mut written, &decoded);
+            self.out.write(&written);
+        }
+        Ok(decoded)
+    }
+}
+
+/// Whether `raw` holds a control character, which a JSON string may only
+/// spell escaped. Its smallest byte, without an early exit, so that the
+/// compiler takes whole vectors at a time.
+fn has_control(raw: &[u8]) -> bool {
+    raw.iter().fold(u8::MAX, |least, &b| least.min(b)) < 0x20
+}
+
+/// Decodes a string's escapes (`raw` is between its quotes and holds at
+/// least one backslash). Also says whether every escape is spelled as
+/// serde_json writes it, so that the raw bytes are the canonical ones.
+fn unescape(raw: &str) -> Read<(String, bool)> {
+    let bytes = raw.as_bytes();
+    let mut out = String::with_capacity(raw.len());
+    let mut canonical = true;
+    let mut run = 0;
+    while let Some(found) = memchr(b'\\', &bytes[run..]) {
+        let at = run + found;
+        out.push_str(raw.get(run..at).ok_or(Fail)?);
+        let (c, len, as_written) = match bytes.get(at + 1).ok_or(Fail)? {
+            b'"' => ('"', 2, true),
+            b'\\' => ('\\', 2, true),
+            // serde_json writes `/` as is.
+            b'/' => ('/', 2, false),
+            b'b' => ('\u{8}', 2, true),
+            b'f' => ('\u{c}', 2, true),
+            b'n' => ('\n', 2, true),
+            b'r' => ('\r', 2, true),
+            b't' => ('\t', 2, true),
+            b'u' => {
+                let (c, len) = unicode(bytes, at)?;
+                (
+                    c,
+                    len,
+                    len == 6 && short_u_escape(c, &bytes[at + 2..at + 6]),
+                )
+            }
+            _ => return Err(Fail),
+        };
+        out.push(c);
+        canonical &= as_written;
+        run = at + len;
+    }
+    out.push_str(raw.get(run..).ok_or(Fail)?);
+    Ok((out, canonical))
+}
+
+/// The `\u` escape at `at` (and a low surrogate's after a high one): the
+/// character and the bytes spelled. A lone surrogate is refused, as
+/// serde_json (and orjson) refuse it.
+fn unicode(bytes: &[u8], at: usize) -> Read<(char, usize)> {
+    let first = hex4(bytes.get(at + 2..at + 6))?;
+    let (code, len) = match first {
+        0xD800..=0xDBFF => {
+            if bytes.get(at + 6..at + 8) != Some(b"\\u") {
+                return Err(Fail);
+            }
+            let low = hex4(bytes.get(at + 8..at + 12))?;
+            if !(0xDC00..=0xDFFF).contains(&low) {
+                return Err(Fail);
+            }
+            (0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00), 12)
+        }
+        0xDC00..=0xDFFF => return Err(Fail),
+        n => (n, 6),
+    };
+    Ok((char::from_u32(code).ok_or(Fail)?, len))
+}
+
+fn hex4(digits: Option<&[u8]>) -> Read<u32> {
+    let digits = digits.ok_or(Fail)?;
+    digits.iter().try_fold(0u32, |n, &d| {
+        let v = char::from(d).to_digit(16).ok_or(Fail)?;
+        Ok(n * 16 + v)
+    })
+}
+
+/// Whether serde_json writes `c` as exactly the `\u` escape whose hex
+/// digits are `hex`: it does so for the control characters without a short
+/// escape, as `\u00` and two lowercase digits.
+fn short_u_escape(c: char, hex: &[u8]) -> bool {
+    let n = u32::from(c);
+    n < 0x20
+        && !matches!(n, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d)
+        && hex == format!("{n:04x}").as_bytes()
+}
+
+/// The canonical bytes as the reader goes: until the first token spelled
+/// differently they are `src[..same]` and nothing is copied.
+struct Canonical<'a> {
+    src: &'a [u8],
+    /// Whether the caller wants them at all.
+    on: bool,
+    /// Once they differ from the source: everything written so far.
+    written: Option<Vec<u8>>,
+    same: usize,
+}
+
+impl Canonical<'_> {
+    /// The source's bytes `start..end` are canonical as they are.
+    fn keep(&mut self, start: usize, end: usize) {
+        if !self.on {
+            return;
+        }
+        if self.written.is_none() && start == self.same {
+            self.same = end;
+            return;
+        }
+        let src = self.src;
+        self.diverge().extend_from_slice(&src[start..end]);
+    }
+
+    /// The next token's canonical spelling, which is not the source's.
+    fn write(&mut self, bytes: &[u8]) {
+        if self.on {
+            self.diverge().extend_from_slice(bytes);
+        }
+    }
+
+    fn diverge(&mut self) -> &mut Vec<u8> {
+        let (src, same) = (self.src, self.same);
+        self.written.get_or_insert_with(|| {
+            let mut out = Vec::with_capacity(src.len());
+            out.extend_from_slice(&src[..same]);
+            out
+        })
+    }
+
+    fn finish(self) -> Spelled {
+        match self.written {
+            Some(out) => Spelled::Written(out),
+            None => Spelled::Prefix(self.same),
+        }
+    }
+}
