@@ -117,32 +117,22 @@ impl Reader<'_> {
         self.enter()?;
         self.punct(b'{')?;
         let mut map = Map::new();
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.punct(b'}')?;
-        } else {
-            loop {
-                self.ws();
-                if self.peek() != Some(b'"') {
-                    return Err(Fail);
-                }
-                let key = self.string()?;
-                // Before the colon, as serde_json's `next_key` is.
-                if map.contains_key(&key) {
-                    return Err(Fail);
-                }
-                self.ws();
-                self.punct(b':')?;
-                let value = self.value()?;
-                map.insert(key, value);
-                self.ws();
-                if self.peek() == Some(b',') {
-                    self.punct(b',')?;
-                } else {
-                    self.punct(b'}')?;
-                    break;
-                }
+        let mut more = self.first(b'}')?;
+        while more {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(Fail);
             }
+            let key = self.string()?;
+            // Before the colon, as serde_json's `next_key` is.
+            if map.contains_key(&key) {
+                return Err(Fail);
+            }
+            self.ws();
+            self.punct(b':')?;
+            let value = self.value()?;
+            map.insert(key, value);
+            more = self.more(b'}')?;
         }
         self.depth += 1;
         Ok(Value::Object(map))
@@ -152,23 +142,36 @@ impl Reader<'_> {
         self.enter()?;
         self.punct(b'[')?;
         let mut items = Vec::new();
-        self.ws();
-        if self.peek() == Some(b']') {
-            self.punct(b']')?;
-        } else {
-            loop {
-                items.push(self.value()?);
-                self.ws();
-                if self.peek() == Some(b',') {
-                    self.punct(b',')?;
-                } else {
-                    self.punct(b']')?;
-                    break;
-                }
-            }
+        let mut more = self.first(b']')?;
+        while more {
+            items.push(self.value()?);
+            more = self.more(b']')?;
         }
         self.depth += 1;
         Ok(Value::Array(items))
+    }
+
+    /// Right after a container opens: whether an item comes, or `close`
+    /// ends it at once.
+    fn first(&mut self, close: u8) -> Read<bool> {
+        self.ws();
+        if self.peek() == Some(close) {
+            self.punct(close)?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// After an item: whether a comma says another comes, or `close` ends
+    /// the container (anything else is refused).
+    fn more(&mut self, close: u8) -> Read<bool> {
+        self.ws();
+        if self.peek() == Some(b',') {
+            self.punct(b',')?;
+            return Ok(true);
+        }
+        self.punct(close)?;
+        Ok(false)
     }
 
     fn literal(&mut self, word: &[u8], value: Value) -> Read<Value> {
