@@ -43,6 +43,7 @@ pub(super) fn read(body: &[u8], emit: bool) -> Read<(Value, Option<Spelled>)> {
         text,
         pos: 0,
         depth: DEPTH,
+        number: Vec::new(),
         out: Canonical {
             src: body,
             on: emit,
@@ -67,6 +68,8 @@ struct Reader<'a> {
     /// Brackets that may still open before serde_json's limit.
     depth: usize,
     out: Canonical<'a>,
+    /// Reused to spell numbers.
+    number: Vec<u8>,
 }
 
 impl Reader<'_> {
@@ -195,6 +198,12 @@ impl Reader<'_> {
             .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
             .unwrap_or(self.src.len() - start);
         let span = self.text.get(start..start + len).ok_or(Fail)?;
+        if let Some(n) = plain_integer(span) {
+            // Written back digit for digit (itoa): canonical as it is.
+            self.pos = start + len;
+            self.out.keep(start, self.pos);
+            return Ok(Value::Number(n));
+        }
         let mut de = serde_json::Deserializer::from_str(span);
         let value = PlainValue(Duplicates::Refuse)
             .deserialize(&mut de)
@@ -205,12 +214,16 @@ impl Reader<'_> {
         };
         self.pos = start + len;
         if self.out.on {
-            let written = n.to_string();
-            if written == span {
+            // Spelled by serde_json's own writer, as `canonical` spells it.
+            let mut written = std::mem::take(&mut self.number);
+            written.clear();
+            serde_json::to_writer(&mut written, n).map_err(|_| Fail)?;
+            if written == span.as_bytes() {
                 self.out.keep(start, self.pos);
             } else {
-                self.out.write(written.as_bytes());
+                self.out.write(&written);
             }
+            self.number = written;
         }
         Ok(value)
     }
@@ -253,6 +266,29 @@ impl Reader<'_> {
         }
         Ok(decoded)
     }
+}
+
+/// A number spelled as a plain integer of at most 18 digits, as serde_json
+/// reads it: `u64` when positive, `i64` when negative. Token ids come as
+/// long arrays of these; anything else (`-0`, a leading zero, a fraction,
+/// an exponent, more digits) is left to serde_json.
+fn plain_integer(span: &str) -> Option<serde_json::Number> {
+    let (negative, digits) = match span.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, span),
+    };
+    let plain = matches!(digits.as_bytes(), [b'1'..=b'9', rest @ ..] if rest.iter().all(u8::is_ascii_digit))
+        || (digits == "0" && !negative);
+    if !plain || digits.len() > 18 {
+        return None;
+    }
+    let magnitude: u64 = digits.parse().ok()?;
+    Some(if negative {
+        // At most 18 digits: below 2^63, so the negation cannot overflow.
+        serde_json::Number::from(-i64::try_from(magnitude).ok()?)
+    } else {
+        serde_json::Number::from(magnitude)
+    })
 }
 
 /// Whether `raw` holds a control character, which a JSON string may only
