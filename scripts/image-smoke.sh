@@ -17,11 +17,23 @@ build_only=""
 [ "${1:-}" != --build-only ] || build_only=1
 
 # --- the static binary ---------------------------------------------------------
-# musl when rustup has (or can fetch) the target; else glibc with crt-static.
+# musl when rustup has (or can fetch) the target and a musl C compiler is
+# there (ring compiles C: Debian's musl-tools, installed here when root, as
+# this runs before validate-deploy.sh installs its tools); else glibc with
+# crt-static.
 # LTO off: this is a smoke build, and it must stay a few minutes on 2 cores.
 export CARGO_PROFILE_RELEASE_LTO=off CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
-if rustup target list --installed 2>/dev/null | grep -x x86_64-unknown-linux-musl >/dev/null \
-   || rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1; then
+musl_cc() {
+  command -v musl-gcc >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends musl-tools >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends musl-tools >/dev/null; } || true
+  fi
+  command -v musl-gcc >/dev/null 2>&1
+}
+if { rustup target list --installed 2>/dev/null | grep -x x86_64-unknown-linux-musl >/dev/null \
+     || rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1; } && musl_cc; then
   TARGET=x86_64-unknown-linux-musl
   cargo build --quiet --locked --release --target "$TARGET" --bin prefill-guard
 else

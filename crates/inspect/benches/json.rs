@@ -1,0 +1,109 @@
+//! The strict JSON reader on the bodies the guard reads most: a long chat
+//! (one ~139 kB message, as the 32k workload of bench/run.sh), the same chat
+//! spelled compactly, 600k token ids, and 200k floats (`input_embeds`-like).
+//! Each body is read two ways side by side: the request path's one pass
+//! (`read_strict`: tree and canonical bytes) and serde_json, the reference,
+//! followed by `canonical` (what the request path did before the one pass).
+//!
+//! `cargo bench -p prefill-guard-inspect --bench json` measures; `cargo test
+//! --all-targets` runs each benchmark once.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a benchmark over bodies it builds itself: one that does not parse is a failed run"
+)]
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use prefill_guard_inspect::json::{canonical, parse_reference, read_strict};
+
+/// Deterministic English-like prose with some non-ASCII and paragraph
+/// breaks (escaped as `\n` in JSON), about `len` bytes.
+fn prose(len: usize) -> String {
+    const WORDS: &[&str] = &[
+        "the", "model", "counts", "every", "token", "of", "a", "prompt", "before", "it", "reaches",
+        "prefill", "café", "naïve", "Zürich", "€42", "and", "so", "on", "with",
+    ];
+    let mut out = String::with_capacity(len + 16);
+    let mut state = 0x2545_f491_u32;
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        out.push_str(WORDS[state as usize % WORDS.len()]);
+        out.push_str(if state.is_multiple_of(97) {
+            ".\n\n"
+        } else {
+            " "
+        });
+    }
+    out
+}
+
+fn bodies() -> Vec<(&'static str, Bytes)> {
+    let text = prose(139_000);
+    let chat = serde_json::json!({
+        "model": "qwen2.5",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": text},
+        ],
+        "max_tokens": 16,
+    });
+    // Not compact: a newline after every item and `: ` after every key, so
+    // the canonical bytes are written apart.
+    let spaced = {
+        let compact = serde_json::to_string(&chat).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&compact).unwrap();
+        let mut out = Vec::new();
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"");
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
+        serde::Serialize::serialize(&value, &mut ser).unwrap();
+        out
+    };
+    let ids: Vec<String> = (0..600_000u32)
+        .map(|i| (i.wrapping_mul(7919) % 151_000).to_string())
+        .collect();
+    let floats: Vec<String> = (0..200_000u32)
+        .map(|i| format!("{}", f64::from(i % 2000) / 997.0 - 1.0))
+        .collect();
+    vec![
+        ("chat 32k, spaced", Bytes::from(spaced)),
+        (
+            "chat 32k, compact",
+            Bytes::from(serde_json::to_vec(&chat).unwrap()),
+        ),
+        (
+            "600k ids",
+            Bytes::from(format!("{{\"input_ids\":[{}]}}", ids.join(","))),
+        ),
+        (
+            "200k floats",
+            Bytes::from(format!("{{\"input_embeds\":[{}]}}", floats.join(","))),
+        ),
+    ]
+}
+
+fn reader(c: &mut Criterion) {
+    let mut group = c.benchmark_group("json");
+    group.sample_size(20);
+    for (name, body) in bodies() {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("one pass", name), &body, |b, body| {
+            b.iter(|| read_strict(body).unwrap())
+        });
+        group.bench_with_input(
+            BenchmarkId::new("serde_json + canonical", name),
+            &body,
+            |b, body| {
+                b.iter(|| {
+                    let value = parse_reference(body).unwrap();
+                    canonical(&value, body.len())
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, reader);
+criterion_main!(benches);
