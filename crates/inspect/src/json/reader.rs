@@ -3,7 +3,8 @@
 //! asked, the canonical bytes in the same pass.
 //!
 //! It accepts exactly what serde_json with [`PlainValue`] accepts and builds
-//! the same tree (numbers are handed to serde_json itself, span by span), or
+//! the same tree (numbers other than plain integers are handed to serde_json
+//! itself, span by span), or
 //! it fails without saying why: the caller then asks serde_json, the
 //! reference, for the refusal. The property tests and the `json` fuzz target
 //! hold the two to each other.
