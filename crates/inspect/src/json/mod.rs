@@ -93,15 +93,18 @@ fn classify(e: serde_json::Error) -> Refusal {
     }
 }
 
-/// The canonical bytes forwarded upstream: what SGLang parses is then exactly
-/// the tree the guard counted, whatever escapes, spacing or number spellings
-/// the client used. `size_hint`: the body it was parsed from, about the size
-/// of the result.
+/// The canonical bytes of a tree: what SGLang parses is then exactly the
+/// tree the guard counted, whatever escapes, spacing or number spellings the
+/// client used. The request path gets them from [`read_strict`], which
+/// spells them as it reads and is held to this function byte for byte (the
+/// property tests, the `json` fuzz target). `size_hint`: the body it was
+/// parsed from, about the size of the result.
 ///
-/// Byte for byte `serde_json::to_vec(value)` (tested below), written here
-/// because serde_json escapes strings a byte at a time: on an everyday chat
-/// that was the largest single cost of a request. Strings, almost all of a
-/// prompt's bytes, are scanned a word at a time instead.
+/// Byte for byte `serde_json::to_vec(value)` (tested below). Its string
+/// writer is also the reader's, for a string the client spelled otherwise
+/// (every non-ASCII string of a client that escapes to ASCII, as Python's
+/// `json.dumps` does by default): serde_json escapes a byte at a time, this
+/// scans a word at a time.
 pub fn canonical(value: &Value, size_hint: usize) -> bytes::Bytes {
     let mut out = Vec::with_capacity(size_hint);
     write_value(&mut out, value);
@@ -113,10 +116,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        // serde_json's own number formatting (itoa, ryu): short and rare.
-        Value::Number(n) => {
-            serde_json::to_writer(&mut *out, n).expect("writing a number to a Vec cannot fail")
-        }
+        Value::Number(n) => write_number(out, n),
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
             out.push(b'[');
@@ -141,6 +141,12 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
             out.push(b'}');
         }
     }
+}
+
+/// A number as serde_json writes it: its own formatting (itoa, ryu), short
+/// and rare. Also the reader's, so that both spell numbers alike.
+fn write_number(out: &mut Vec<u8>, n: &serde_json::Number) {
+    serde_json::to_writer(&mut *out, n).expect("writing a number to a Vec cannot fail");
 }
 
 /// A JSON string as serde_json writes it: `"` and `\\` escaped, the short

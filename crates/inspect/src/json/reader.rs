@@ -215,10 +215,9 @@ impl Reader<'_> {
         };
         self.pos = start + len;
         if self.out.on {
-            // Spelled by serde_json's own writer, as `canonical` spells it.
             let mut written = std::mem::take(&mut self.number);
             written.clear();
-            serde_json::to_writer(&mut written, n).map_err(|_| Fail)?;
+            super::write_number(&mut written, n);
             if written == span.as_bytes() {
                 self.out.keep(start, self.pos);
             } else {
