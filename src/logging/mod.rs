@@ -20,6 +20,10 @@ use tracing::Subscriber;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
+mod lines;
+
+use lines::{Lines, DECISION_TARGET};
+
 /// How log lines are written (`log_format`).
 #[derive(
     Debug,
@@ -238,8 +242,17 @@ where
         .with_writer(writer)
         .with_ansi(ansi);
     match format {
-        LogFormat::Human => Box::new(builder.finish()),
-        LogFormat::Json => Box::new(builder.json().event_format(JsonLines::new()).finish()),
+        LogFormat::Human => Box::new(
+            builder
+                .event_format(Lines::human(tracing_subscriber::fmt::format()))
+                .finish(),
+        ),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .event_format(Lines::json(JsonLines::new()))
+                .finish(),
+        ),
     }
 }
 
@@ -322,7 +335,7 @@ pub struct DecisionLine<'a> {
 /// not print it a second time as the request span's prefix.
 pub fn decision(line: &DecisionLine<'_>) {
     tracing::info!(
-        target: "prefill_guard::decision",
+        target: DECISION_TARGET,
         parent: None,
         request_id = line.request_id,
         mode = line.mode,
