@@ -36,8 +36,9 @@ pub fn request_id(headers: &HeaderMap) -> HeaderValue {
         .filter(|v| is_plain_id(v.as_bytes()))
         .cloned()
         .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-                .unwrap_or(HeaderValue::from_static("unknown"))
+            let mut spelled = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut spelled);
+            HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("unknown"))
         })
 }
 

@@ -1,16 +1,18 @@
-//! What a request spends on logging, in the process, where `bench/ab.sh`'s
-//! end-to-end runs are too noisy to see a microsecond: the decision line
-//! (human and JSON, through the real subscriber and its queue) and the
-//! request span every proxied request lives in (created, entered and left
-//! as its future is polled, closed).
+//! What every request pays besides reading and counting its body, in the
+//! process, where `bench/ab.sh`'s end-to-end runs are too noisy to see a
+//! fraction of a microsecond: a new request id, the decision line (human
+//! and JSON, through the real subscriber and its queue) and the request
+//! span every proxied request lives in (created, entered and left as its
+//! future is polled, closed).
 //!
-//! `cargo bench --bench logging` measures; `cargo test --all-targets` runs
-//! each benchmark once.
+//! `cargo bench --bench per_request` measures; `cargo test --all-targets`
+//! runs each benchmark once.
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use prefill_guard::logging::{decision, subscriber, DecisionLine, LogFormat, Sink, QUEUE_LINES};
+use prefill_guard::proxy::headers::request_id;
 
 fn line(id: &str) -> DecisionLine<'_> {
     DecisionLine {
@@ -31,7 +33,11 @@ fn line(id: &str) -> DecisionLine<'_> {
     }
 }
 
-fn logging(c: &mut Criterion) {
+fn per_request(c: &mut Criterion) {
+    let no_id = http::HeaderMap::new();
+    c.bench_function("request id, new", |b| {
+        b.iter(|| request_id(std::hint::black_box(&no_id)))
+    });
     let id = "155ed1e7-2e8c-41e3-9043-5b640b54604a";
     for (name, format) in [("human", LogFormat::Human), ("json", LogFormat::Json)] {
         // The writer thread drains into nothing, as a fast stderr would.
@@ -58,6 +64,6 @@ fn logging(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3));
-    targets = logging
+    targets = per_request
 }
 criterion_main!(benches);
