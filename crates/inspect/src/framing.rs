@@ -117,18 +117,22 @@ impl Sniffer {
                     &bytes[take..]
                 }
                 State::Head(mut head) => {
-                    let before = head.len();
-                    head.extend_from_slice(bytes);
-                    if !ends_head(&head, before) {
+                    // Only the head is kept: the body after it in the same
+                    // read (all of it, for most requests) is not copied.
+                    let Some(end) = blank_line_end(&head, bytes) else {
+                        head.extend_from_slice(bytes);
                         if head.len() > MAX_HEAD_BYTES {
                             self.lose("the request head is too long");
                         } else {
                             self.state = State::Head(head);
                         }
                         return;
-                    }
+                    };
+                    head.extend_from_slice(&bytes[..end]);
+                    // Not complete (a blank line before the request line):
+                    // the rest is read on, as if it came in the next read.
                     self.parse_head(head)
-                        .map_or(&[][..], |after| &bytes[bytes.len() - after..])
+                        .map_or(&bytes[end..], |after| &bytes[end - after..])
                 }
                 State::Length(left) => {
                     let take = u64::try_from(bytes.len()).unwrap_or(u64::MAX).min(left);
@@ -277,15 +281,22 @@ fn framing(headers: &[httparse::Header<'_>]) -> Result<Framing, String> {
     }
 }
 
-/// Whether the bytes appended after `before` complete a blank line (`\n\n`
-/// or `\n\r\n`): only then can a head be complete, so only then is it parsed
-/// (as hyper does), which keeps a head sent a byte at a time linear.
-fn ends_head(head: &[u8], before: usize) -> bool {
-    let from = before.saturating_sub(2);
-    head[from..]
-        .windows(2)
-        .enumerate()
-        .any(|(i, w)| w == b"\n\n" || (w == b"\n\r" && head.get(from + i + 2) == Some(&b'\n')))
+/// Where in `bytes`, read after `head`, the first blank line (`\n\n` or
+/// `\n\r\n`) that ends in `bytes` ends: only there can a head be complete,
+/// so only then is it parsed (as hyper does), which keeps a head sent a byte
+/// at a time linear.
+fn blank_line_end(head: &[u8], bytes: &[u8]) -> Option<usize> {
+    // The byte `back` places before `bytes[i]`, reaching into `head`.
+    let before = |i: usize, back: usize| match i.checked_sub(back) {
+        Some(j) => bytes.get(j).copied(),
+        None => head.len().checked_sub(back - i).map(|j| head[j]),
+    };
+    memchr::memchr_iter(b'\n', bytes)
+        .find(|&i| {
+            before(i, 1) == Some(b'\n')
+                || (before(i, 1) == Some(b'\r') && before(i, 2) == Some(b'\n'))
+        })
+        .map(|i| i + 1)
 }
 
 fn digits(v: &[u8]) -> Option<u64> {
@@ -340,6 +351,28 @@ mod tests {
         }
         assert_eq!(one.heads, 4);
         assert_eq!(verdicts(&one, 4), [true; 4]);
+    }
+
+    /// A blank line before a request line is one a head can end at; the
+    /// sniffer parses there, finds the head incomplete and reads on through
+    /// the rest of the same read, as it does when it comes a byte at a time.
+    #[test]
+    fn blank_lines_before_a_head_in_one_read_with_its_body() {
+        let wire: Vec<u8> = [
+            &b"\r\n\r\n\n"[..],
+            b"POST /generate HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+            b"\r\n\r\nPOST /generate HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ]
+        .concat();
+        let whole = sniff(&[&wire]);
+        let mut one = Sniffer::default();
+        for b in &wire {
+            one.feed(std::slice::from_ref(b));
+        }
+        for s in [&whole, &one] {
+            assert_eq!(s.heads, 2);
+            assert_eq!(verdicts(s, 2), [true, false]);
+        }
     }
 
     #[test]
