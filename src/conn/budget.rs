@@ -200,7 +200,10 @@ mod tests {
         for (capacity, needed, declared) in [(1, 2, 3), (64 * k, 65 * k, 1 << 40), (10, 11, 21)] {
             let grown = grown_capacity(capacity, needed, declared);
             assert!(grown >= needed);
-            assert!(grown <= 2 * needed.max(capacity), "{capacity} {needed} {declared}");
+            assert!(
+                grown <= 2 * needed.max(capacity),
+                "{capacity} {needed} {declared}"
+            );
         }
     }
     use http_body::Frame;

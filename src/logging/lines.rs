@@ -290,28 +290,14 @@ fn json_str(w: &mut Writer<'_>, s: &str) -> fmt::Result {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::Buf;
     use super::super::{decision, DecisionLine, JsonLines, LogFormat};
     use std::cell::Cell;
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     thread_local! {
         /// Decision lines [`super::Lines`] wrote itself on this thread.
         pub static WRITTEN_DIRECTLY: Cell<usize> = const { Cell::new(0) };
-    }
-
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
     }
 
     /// tracing-subscriber's own formatter, as the guard configured it

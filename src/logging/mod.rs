@@ -360,8 +360,9 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
+    /// A writer tests read back; `lines.rs`'s tests use it too.
     #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
+    pub(super) struct Buf(pub(super) Arc<Mutex<Vec<u8>>>);
 
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
