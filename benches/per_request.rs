@@ -1,9 +1,12 @@
 //! What every request pays besides reading and counting its body, in the
 //! process, where `bench/ab.sh`'s end-to-end runs are too noisy to see a
 //! fraction of a microsecond: a new request id, the decision line (human
-//! and JSON, through the real subscriber and its queue) and the request
-//! span every proxied request lives in (created, entered and left as its
-//! future is polled, closed).
+//! and JSON, through the real subscriber) and the request span every
+//! proxied request lives in (created, entered and left as its future is
+//! polled, closed). The lines are written to nothing, not through the
+//! `pg-log` queue: at a benchmark's million lines a second that queue is
+//! full and drops at one moment and drains at the next, and which one a
+//! sample catches made the rows vary by 2.5x from run to run.
 //!
 //! `cargo bench --bench per_request` measures; `cargo test --all-targets`
 //! runs each benchmark once.
@@ -11,7 +14,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use prefill_guard::logging::{decision, subscriber, DecisionLine, LogFormat, Sink, QUEUE_LINES};
+use prefill_guard::logging::{decision, subscriber, DecisionLine, LogFormat};
 use prefill_guard::proxy::headers::request_id;
 
 fn line(id: &str) -> DecisionLine<'_> {
@@ -40,9 +43,7 @@ fn per_request(c: &mut Criterion) {
     });
     let id = "155ed1e7-2e8c-41e3-9043-5b640b54604a";
     for (name, format) in [("human", LogFormat::Human), ("json", LogFormat::Json)] {
-        // The writer thread drains into nothing, as a fast stderr would.
-        let (sink, _flush) = Sink::spawn(std::io::sink(), QUEUE_LINES);
-        let sub = subscriber(format, "info", sink);
+        let sub = subscriber(format, "info", std::io::sink);
         tracing::subscriber::with_default(sub, || {
             c.bench_function(&format!("decision line, {name}"), |b| {
                 b.iter(|| decision(std::hint::black_box(&line(id))))
