@@ -185,6 +185,10 @@ fn grown_capacity(capacity: usize, needed: usize, declared: u64) -> usize {
 mod tests {
     use super::*;
 
+    use http_body::Frame;
+    use http_body_util::{Full, StreamBody};
+    use std::convert::Infallible;
+
     #[test]
     fn a_buffer_grows_to_the_declared_length_once_half_has_arrived() {
         let k = 1024;
@@ -206,9 +210,55 @@ mod tests {
             );
         }
     }
-    use http_body::Frame;
-    use http_body_util::{Full, StreamBody};
-    use std::convert::Infallible;
+
+    /// A body with a declared length, arriving in these frames.
+    fn declared(frames: Vec<Bytes>) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
+        struct Declared {
+            length: u64,
+            frames: std::collections::VecDeque<Bytes>,
+        }
+        impl Body for Declared {
+            type Data = Bytes;
+            type Error = Infallible;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+                std::task::Poll::Ready(self.frames.pop_front().map(|b| Ok(Frame::data(b))))
+            }
+            fn size_hint(&self) -> http_body::SizeHint {
+                http_body::SizeHint::with_exact(self.length)
+            }
+        }
+        Declared {
+            length: frames.iter().map(|f| f.len() as u64).sum(),
+            frames: frames.into(),
+        }
+    }
+
+    /// A body read through every way its buffer grows (doubling, then
+    /// straight to its declared length) comes out as it was sent.
+    #[tokio::test]
+    async fn a_declared_body_arrives_whole_through_its_buffers_growth() {
+        let body: Vec<u8> = (0..139_000u32).map(|i| (i % 251) as u8).collect();
+        let body = Bytes::from(body);
+        let k = 1024;
+        let frames = [16 * k, 16 * k, 40 * k, 10 * k, 30 * k]
+            .iter()
+            .scan(0, |at, &len| {
+                let frame = body.slice(*at..*at + len);
+                *at += len;
+                Some(frame)
+            })
+            .chain([body.slice(112 * k..)])
+            .collect();
+        let budget = BodyBudget::new(1 << 20);
+        let (read, _held) = read_within(declared(frames), 1 << 20, &budget, T)
+            .await
+            .unwrap();
+        assert_eq!(read, body);
+        assert_eq!(budget.used(), body.len());
+    }
 
     fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
         let frames: Vec<Result<Frame<Bytes>, Infallible>> = parts
