@@ -213,26 +213,10 @@ mod tests {
 
     /// A body with a declared length, arriving in these frames.
     fn declared(frames: Vec<Bytes>) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
-        struct Declared {
-            length: u64,
-            frames: std::collections::VecDeque<Bytes>,
-        }
-        impl Body for Declared {
-            type Data = Bytes;
-            type Error = Infallible;
-            fn poll_frame(
-                mut self: std::pin::Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-                std::task::Poll::Ready(self.frames.pop_front().map(|b| Ok(Frame::data(b))))
-            }
-            fn size_hint(&self) -> http_body::SizeHint {
-                http_body::SizeHint::with_exact(self.length)
-            }
-        }
         Declared {
             length: frames.iter().map(|f| f.len() as u64).sum(),
             frames: frames.into(),
+            then_stall: false,
         }
     }
 
@@ -278,29 +262,36 @@ mod tests {
         declared: u64,
         sent: &'static [u8],
     ) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
-        struct Stalled {
-            declared: u64,
-            sent: Option<Bytes>,
+        Declared {
+            length: declared,
+            frames: [Bytes::from_static(sent)].into(),
+            then_stall: true,
         }
-        impl Body for Stalled {
-            type Data = Bytes;
-            type Error = Infallible;
-            fn poll_frame(
-                mut self: std::pin::Pin<&mut Self>,
-                _: &mut std::task::Context<'_>,
-            ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-                match self.sent.take() {
-                    Some(b) => std::task::Poll::Ready(Some(Ok(Frame::data(b)))),
-                    None => std::task::Poll::Pending,
-                }
-            }
-            fn size_hint(&self) -> http_body::SizeHint {
-                http_body::SizeHint::with_exact(self.declared)
+    }
+
+    /// A body with a declared length and the frames it sends; when they
+    /// run out it ends, or stalls.
+    struct Declared {
+        length: u64,
+        frames: std::collections::VecDeque<Bytes>,
+        then_stall: bool,
+    }
+
+    impl Body for Declared {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.frames.pop_front() {
+                Some(b) => std::task::Poll::Ready(Some(Ok(Frame::data(b)))),
+                None if self.then_stall => std::task::Poll::Pending,
+                None => std::task::Poll::Ready(None),
             }
         }
-        Stalled {
-            declared,
-            sent: Some(Bytes::from_static(sent)),
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(self.length)
         }
     }
 
