@@ -9,6 +9,7 @@ mod chat_api;
 mod cuts;
 pub mod encoder;
 pub mod fast;
+pub mod lookup;
 pub mod model;
 pub mod ollama;
 mod preprocess;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::lookup::Lookup;
 use super::py::{self, lax_bool, lax_int};
 use super::release::{
     Consulted, EffortVariable, EncoderTools, ListContent, MessageFields, ReasoningInputs,
@@ -247,7 +248,7 @@ impl ChatInputs {
 // ---------------------------------------------------------------------------
 
 fn opt_bool(obj: &Map<String, Value>, key: &str, loc: &str) -> Result<Option<bool>, CountError> {
-    match obj.get(key) {
+    match obj.field(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => lax_bool(v)
             .map(Some)
@@ -260,7 +261,7 @@ fn opt_str<'a>(
     key: &str,
     loc: &str,
 ) -> Result<Option<&'a str>, CountError> {
-    match obj.get(key) {
+    match obj.field(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
         Some(_) => Err(invalid(format!(
@@ -297,7 +298,7 @@ impl ToolDef {
         let o = v
             .as_object()
             .ok_or_else(|| invalid(format!("{loc}: Input should be a valid dictionary")))?;
-        let kind = match o.get("type") {
+        let kind = match o.field("type") {
             None => "function".to_owned(),
             Some(Value::String(s)) => s.clone(),
             Some(_) => {
@@ -307,7 +308,7 @@ impl ToolDef {
             }
         };
         let floc = format!("{loc}.function");
-        let f = match o.get("function") {
+        let f = match o.field("function") {
             Some(Value::Object(f)) => f,
             Some(_) => {
                 return Err(invalid(format!(
@@ -316,7 +317,7 @@ impl ToolDef {
             }
             None => return Err(invalid(format!("{floc}: Field required"))),
         };
-        let name = match f.get("name") {
+        let name = match f.field("name") {
             Some(Value::String(s)) => s.clone(),
             Some(_) => {
                 return Err(invalid(format!(
@@ -329,7 +330,7 @@ impl ToolDef {
             key_order: f.keys().cloned().collect(),
             description: opt_str(f, "description", &floc)?.map(str::to_owned),
             name,
-            parameters: match f.get("parameters") {
+            parameters: match f.field("parameters") {
                 None | Some(Value::Null) => None,
                 Some(p) => Some(p.clone()),
             },
@@ -480,9 +481,9 @@ fn parse_parts<'a>(items: &'a [Value], loc: &str) -> Result<Vec<Part<'a>>, Count
         let o = p
             .as_object()
             .ok_or_else(|| invalid(format!("{ploc}: Input should be a valid dictionary")))?;
-        let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
+        let kind = o.field("type").and_then(Value::as_str).unwrap_or("");
         let part = match kind {
-            "text" => match o.get("text") {
+            "text" => match o.field("text") {
                 Some(Value::String(s)) => Part::Text(s),
                 _ => return Err(invalid(format!("{ploc}.text: Input should be a valid string"))),
             },
@@ -500,7 +501,7 @@ fn parse_parts<'a>(items: &'a [Value], loc: &str) -> Result<Vec<Part<'a>>, Count
             "video_url" => Part::Media("video_url"),
             // `input_audio` validates into an `audio_url` part (`_to_audio_url_part`).
             "audio_url" | "input_audio" => Part::Media("audio_url"),
-            "tool_reference" => match o.get("name") {
+            "tool_reference" => match o.field("name") {
                 Some(Value::String(s)) => Part::ToolReference(s),
                 _ => return Err(invalid(format!("{ploc}.name: Input should be a valid string"))),
             },
@@ -537,7 +538,7 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
     let o = v
         .as_object()
         .ok_or_else(|| invalid(format!("{loc}: Input should be a valid dictionary")))?;
-    let role = match o.get("role") {
+    let role = match o.field("role") {
         Some(Value::String(r)) => r,
         Some(_) => {
             return Err(invalid(format!(
@@ -550,7 +551,7 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
         return parse_user_message(o, &loc);
     }
     let lower = normalize_role(role, &loc)?;
-    let content = parse_content(o.get("content"), &loc)?;
+    let content = parse_content(o.field("content"), &loc)?;
     if lower != "assistant" {
         if let Some(Content::Parts(parts)) = &content {
             reject_thinking_parts(parts, &loc)?;
@@ -564,7 +565,7 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
             )));
         }
     }
-    let tool_calls = match o.get("tool_calls") {
+    let tool_calls = match o.field("tool_calls") {
         None | Some(Value::Null) => None,
         Some(Value::Array(items)) => Some(
             items
@@ -579,7 +580,7 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
             )))
         }
     };
-    let tools = match o.get("tools") {
+    let tools = match o.field("tools") {
         None | Some(Value::Null) => None,
         Some(Value::Array(items)) => Some(
             items
@@ -611,7 +612,7 @@ fn parse_message(v: &Value, i: usize) -> Result<Message<'_>, CountError> {
 /// protocol.py `ChatCompletionMessageUserParam`: only role and content
 /// survive the dump.
 fn parse_user_message<'a>(o: &'a Map<String, Value>, loc: &str) -> Result<Message<'a>, CountError> {
-    let content = match parse_content(o.get("content"), loc)? {
+    let content = match parse_content(o.field("content"), loc)? {
         Some(c) => c,
         None => {
             return Err(invalid(format!(
@@ -669,19 +670,19 @@ fn parse_tool_call<'a>(tc: &'a Value, tloc: &str) -> Result<ToolCall<'a>, CountE
     let t = tc
         .as_object()
         .ok_or_else(|| invalid(format!("{tloc}: Input should be a valid dictionary")))?;
-    let index = match t.get("index") {
+    let index = match t.field("index") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             lax_int(v)
                 .ok_or_else(|| invalid(format!("{tloc}.index: Input should be a valid integer")))?,
         ),
     };
-    match t.get("type") {
+    match t.field("type") {
         None => {}
         Some(Value::String(s)) if s == "function" => {}
         Some(_) => return Err(invalid(format!("{tloc}.type: Input should be 'function'"))),
     }
-    let f = match t.get("function") {
+    let f = match t.field("function") {
         Some(Value::Object(f)) => f,
         Some(_) => {
             return Err(invalid(format!(
@@ -690,7 +691,7 @@ fn parse_tool_call<'a>(tc: &'a Value, tloc: &str) -> Result<ToolCall<'a>, CountE
         }
         None => return Err(invalid(format!("{tloc}.function: Field required"))),
     };
-    let arguments = match f.get("arguments") {
+    let arguments = match f.field("arguments") {
         None | Some(Value::Null) => None,
         Some(a @ (Value::String(_) | Value::Object(_))) => Some(a),
         Some(_) => {
@@ -795,7 +796,7 @@ impl<'a> ChatCompletionRequest<'a> {
         let (raw_effort, raw_ctk) = normalize_reasoning_inputs(top, rules)?;
 
         // --- field validation ---------------------------------------------------------
-        let messages = match top.get("messages") {
+        let messages = match top.field("messages") {
             Some(Value::Array(a)) => a,
             Some(_) => {
                 return Err(invalid_param(
@@ -810,7 +811,7 @@ impl<'a> ChatCompletionRequest<'a> {
             .enumerate()
             .map(|(i, m)| parse_message(m, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let tools: Option<Vec<ToolDef>> = match top.get("tools") {
+        let tools: Option<Vec<ToolDef>> = match top.field("tools") {
             None | Some(Value::Null) => None,
             Some(Value::Array(items)) => Some(
                 items
@@ -843,11 +844,11 @@ impl<'a> ChatCompletionRequest<'a> {
                 ))
             }
         };
-        let continue_final_message = match top.get("continue_final_message") {
+        let continue_final_message = match top.field("continue_final_message") {
             Some(_) if rules.trailing_assistant() == TrailingAssistant::AlwaysContinued => false,
             _ => validate_continue_final_message(top)?,
         };
-        let input_ids = match top.get("input_ids") {
+        let input_ids = match top.field("input_ids") {
             Some(v) if !v.is_null() && !rules.chat_input_ids() => None,
             _ => validate_input_ids(top)?,
         };
@@ -856,7 +857,7 @@ impl<'a> ChatCompletionRequest<'a> {
             "return_meta_info",
             "return_flat_raw_output_top_logprobs",
         ] {
-            if let Some(v) = top.get(key) {
+            if let Some(v) = top.field(key) {
                 if lax_bool(v).is_none() {
                     return Err(invalid(format!("{key}: Input should be a valid boolean")));
                 }
@@ -877,17 +878,17 @@ impl<'a> ChatCompletionRequest<'a> {
     /// A boolean field as its lax validation reads it, `False` when unset or
     /// not a boolean.
     fn flag(&self, key: &str) -> bool {
-        self.top.get(key).and_then(lax_bool).unwrap_or(false)
+        self.top.field(key).and_then(lax_bool).unwrap_or(false)
     }
 }
 
 /// protocol.py `ChatCompletionRequest.set_tool_choice_default` (`mode="before"`):
 /// the raw `tool_choice`, `"none"` or `"auto"` when unset or null.
 fn set_tool_choice_default(top: &Map<String, Value>) -> Value {
-    match top.get("tool_choice") {
+    match top.field("tool_choice") {
         None | Some(Value::Null) => {
-            let tools_none = matches!(top.get("tools"), None | Some(Value::Null));
-            if tools_none && !has_message_level_tools(top.get("messages")) {
+            let tools_none = matches!(top.field("tools"), None | Some(Value::Null));
+            if tools_none && !has_message_level_tools(top.field("messages")) {
                 Value::String("none".into())
             } else {
                 Value::String("auto".into())
@@ -905,14 +906,14 @@ fn normalize_reasoning_inputs(
     rules: &Consulted,
 ) -> Result<(Option<Value>, Option<Value>), CountError> {
     let mut raw_effort: Option<Value> = top
-        .get("reasoning_effort")
+        .field("reasoning_effort")
         .filter(|v| !v.is_null())
         .cloned();
     let mut raw_ctk: Option<Value> = top
-        .get("chat_template_kwargs")
+        .field("chat_template_kwargs")
         .filter(|v| !v.is_null())
         .cloned();
-    if raw_effort.is_none() && top.get("reasoning").is_none_or(Value::is_null) {
+    if raw_effort.is_none() && top.field("reasoning").is_none_or(Value::is_null) {
         // Every release's validator leaves such a request as it is.
         return Ok((raw_effort, raw_ctk));
     }
@@ -928,11 +929,11 @@ fn normalize_reasoning_inputs(
         }
     }
     let mut thinking: Option<bool> = None;
-    if let Some(Value::Object(r)) = top.get("reasoning") {
+    if let Some(Value::Object(r)) = top.field("reasoning") {
         let effort = r
-            .get("effort")
+            .field("effort")
             .filter(|v| !v.is_null())
-            .or_else(|| r.get("reasoning_effort").filter(|v| !v.is_null()));
+            .or_else(|| r.field("reasoning_effort").filter(|v| !v.is_null()));
         match effort {
             None => {}
             Some(Value::String(s)) if EFFORT_TIERS.contains(&s.as_str()) => {
@@ -956,9 +957,9 @@ fn normalize_reasoning_inputs(
                 )))
             }
         }
-        let enabled = match r.get("enabled") {
+        let enabled = match r.field("enabled") {
             Some(v) if !v.is_null() => v.clone(),
-            _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
+            _ => r.field("enable").cloned().unwrap_or(Value::Bool(false)),
         };
         let enabled = match &enabled {
             // `enabled.strip().lower()`: Python's whitespace, U+001C..U+001F included.
@@ -1005,11 +1006,11 @@ fn legacy_reasoning_inputs(
         ctk.entry(key).or_insert(Value::Bool(value));
         *raw_ctk = Some(Value::Object(ctk));
     };
-    if let Some(Value::Object(r)) = top.get("reasoning") {
-        // `r.get("effort") or r.get("reasoning_effort")`
-        let effort = match r.get("effort") {
+    if let Some(Value::Object(r)) = top.field("reasoning") {
+        // `r.field("effort") or r.field("reasoning_effort")`
+        let effort = match r.field("effort") {
             Some(e) if py::truthy(e) => Some(e),
-            _ => r.get("reasoning_effort"),
+            _ => r.field("reasoning_effort"),
         };
         let names: &[&str] = if level == ReasoningInputs::EnabledSetsThinking {
             &["low", "medium", "high"]
@@ -1021,9 +1022,9 @@ fn legacy_reasoning_inputs(
                 *raw_effort = Some(Value::String(e.clone()));
             }
         }
-        let enabled = match r.get("enabled") {
+        let enabled = match r.field("enabled") {
             Some(v) if !v.is_null() => v.clone(),
-            _ => r.get("enable").cloned().unwrap_or(Value::Bool(false)),
+            _ => r.field("enable").cloned().unwrap_or(Value::Bool(false)),
         };
         let enabled = match &enabled {
             Value::String(s) => matches!(
@@ -1055,7 +1056,7 @@ impl ToolChoice {
             Value::String(s) if s == "required" => Ok(ToolChoice::Required),
             Value::String(s) if s == "none" => Ok(ToolChoice::None),
             Value::Object(o) => {
-                match o.get("type") {
+                match o.field("type") {
                     None => {}
                     Some(Value::String(s)) if s == "function" => {}
                     Some(_) => {
@@ -1065,7 +1066,7 @@ impl ToolChoice {
                         ))
                     }
                 }
-                match o.get("function") {
+                match o.field("function") {
                     Some(Value::Object(f)) => Ok(ToolChoice::Named(
                         opt_str(f, "name", "tool_choice.function")?.map(str::to_owned),
                     )),
@@ -1113,9 +1114,9 @@ fn validate_reasoning_effort(raw: Option<Value>) -> Result<Option<Value>, CountE
 
 /// The `continue_final_message: bool = False` field (lax; an explicit null is refused).
 fn validate_continue_final_message(top: &Map<String, Value>) -> Result<bool, CountError> {
-    match top.get("continue_final_message") {
+    match top.field("continue_final_message") {
         None | Some(Value::Null) => {
-            if top.get("continue_final_message").is_some() {
+            if top.field("continue_final_message").is_some() {
                 return Err(invalid_param(
                     "continue_final_message: Input should be a valid boolean",
                     "continue_final_message",
@@ -1134,7 +1135,7 @@ fn validate_continue_final_message(top: &Map<String, Value>) -> Result<bool, Cou
 
 /// The `input_ids: Optional[List[int]]` field: how many ids, when given.
 fn validate_input_ids(top: &Map<String, Value>) -> Result<Option<usize>, CountError> {
-    match top.get("input_ids") {
+    match top.field("input_ids") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(ids)) => {
             for (i, id) in ids.iter().enumerate() {
@@ -1335,7 +1336,7 @@ fn process_messages(
             }
         }
         if request.reasoning_effort.is_none() {
-            if let Some(e) = merged.get("reasoning_effort").filter(|e| !e.is_null()) {
+            if let Some(e) = merged.field("reasoning_effort").filter(|e| !e.is_null()) {
                 request.reasoning_effort = Some(e.clone());
             }
         }
@@ -1484,7 +1485,7 @@ fn deepseek_v3_tool_prompt(tools: Option<&Value>, stage: &Stage<'_>) -> Option<V
          You have the following functions available:\n                    ",
     );
     for tool in tools {
-        let name = match tool.get("name") {
+        let name = match tool.field("name") {
             Some(Value::String(n)) => n.clone(),
             Some(v) => py::str(v, py::Repr::Py311)
                 .map(|s| s.into_owned())
@@ -1562,7 +1563,7 @@ fn retry_tools(tools: &Value, how: ToolRetry) -> Value {
     };
     Value::Array(
         list.iter()
-            .map(|t| match (how, t.get("function")) {
+            .map(|t| match (how, t.field("function")) {
                 (ToolRetry::FunctionOnly, Some(f)) if t.is_object() => f.clone(),
                 (ToolRetry::FunctionOnly, _) => t.clone(),
                 (ToolRetry::WrapInFunction, Some(_)) if t.is_object() => t.clone(),
@@ -1586,7 +1587,7 @@ fn handle_last_assistant_message(
 ) -> Result<Option<String>, CountError> {
     let last_is_assistant = processed
         .last()
-        .is_some_and(|last| last.get("role").and_then(Value::as_str) == Some("assistant"));
+        .is_some_and(|last| last.field("role").and_then(Value::as_str) == Some("assistant"));
     if !last_is_assistant {
         return Ok(None);
     }
@@ -1596,7 +1597,7 @@ fn handle_last_assistant_message(
         TrailingAssistant::BecomesUserTurn => {
             if !processed
                 .last()
-                .and_then(|m| m.get("content"))
+                .and_then(|m| m.field("content"))
                 .is_some_and(Value::is_string)
             {
                 return Ok(None);
@@ -1765,7 +1766,7 @@ fn process_message(
     }
     let mut out = process_content_for_template_format(fields, list_content, format);
     if m.role == "tool"
-        && out.get("content").is_some_and(Value::is_array)
+        && out.field("content").is_some_and(Value::is_array)
         && rules.tool_content_joined()
     {
         normalize_tool_content(&mut out);
@@ -2041,18 +2042,18 @@ fn openai_part(p: &Part<'_>) -> Option<Value> {
 /// serving_chat.py `normalize_tool_content`: a tool message whose content is
 /// a list of text parts gets them joined with spaces.
 fn normalize_tool_content(out: &mut Map<String, Value>) {
-    let Some(Value::Array(items)) = out.get("content") else {
+    let Some(Value::Array(items)) = out.field("content") else {
         return;
     };
     let all_text = items
         .iter()
-        .all(|p| p.is_string() || p.get("type").and_then(Value::as_str) == Some("text"));
+        .all(|p| p.is_string() || p.field("type").and_then(Value::as_str) == Some("text"));
     if all_text {
         let joined = items
             .iter()
             .map(|p| match p {
                 Value::String(s) => s.clone(),
-                other => match other.get("text") {
+                other => match other.field("text") {
                     Some(Value::String(s)) => s.clone(),
                     _ => String::new(),
                 },
@@ -2082,9 +2083,12 @@ fn has_message_level_tools(messages: Option<&Value>) -> bool {
         return false;
     };
     items.iter().any(|m| {
-        let role = m.get("role").and_then(Value::as_str).map(str::to_lowercase);
+        let role = m
+            .field("role")
+            .and_then(Value::as_str)
+            .map(str::to_lowercase);
         matches!(role.as_deref(), Some("root" | "system" | "developer"))
-            && m.get("tools").is_some_and(py::truthy)
+            && m.field("tools").is_some_and(py::truthy)
     })
 }
 
@@ -2238,7 +2242,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         Value::Object(m) => m,
         other => return Err(format!("{other} is not of type 'object', 'boolean'")),
     };
-    if let Some(t) = map.get("type") {
+    if let Some(t) = map.field("type") {
         let ok = |v: &Value| v.as_str().is_some_and(|s| STANDARD_TYPES.contains(&s));
         match t {
             Value::String(_) if ok(t) => {}
@@ -2250,7 +2254,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
             _ => return Err(format!("{t} is not valid under any of the given schemas")),
         }
     }
-    if let Some(r) = map.get("required") {
+    if let Some(r) = map.field("required") {
         match r {
             Value::Array(items) if items.iter().all(Value::is_string) => {
                 if !all_unique(items) {
@@ -2260,7 +2264,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
             _ => return Err(format!("{r} is not of type 'array' of strings")),
         }
     }
-    if let Some(e) = map.get("enum") {
+    if let Some(e) = map.field("enum") {
         if !e.is_array() {
             return Err(format!("{e} is not of type 'array'"));
         }
@@ -2272,7 +2276,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         "definitions",
         "dependentSchemas",
     ] {
-        if let Some(v) = map.get(key) {
+        if let Some(v) = map.field(key) {
             let o = v
                 .as_object()
                 .ok_or_else(|| format!("{v} is not of type 'object'"))?;
@@ -2282,7 +2286,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         }
     }
     for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
-        if let Some(v) = map.get(key) {
+        if let Some(v) = map.field(key) {
             match v {
                 Value::Array(a) if !a.is_empty() => {
                     for s in a {
@@ -2305,7 +2309,7 @@ fn check_schema(schema: &Value, depth: usize) -> Result<(), String> {
         "unevaluatedItems",
         "unevaluatedProperties",
     ] {
-        if let Some(v) = map.get(key) {
+        if let Some(v) = map.field(key) {
             check_schema(v, depth + 1)?;
         }
     }

@@ -5,6 +5,7 @@
 //! SGLang's request models read it (`openai/protocol.py`,
 //! `managers/io_struct.py`), on every route; `policy::pd` decides.
 
+use prefill_guard_count::lookup::Lookup;
 use serde_json::{Map, Value};
 
 /// What a request asks of the server beyond its prompt (read from the
@@ -36,10 +37,10 @@ pub fn features(obj: &Map<String, Value>) -> Features {
     // Batched routes carry these per item too; `/v1/rerank`, `/v1/score` and
     // Vertex's `instances` are read whole below.
     let mut f = Features {
-        client_control: CLIENT_CONTROL.into_iter().find(|k| set(obj.get(*k))),
-        sampling_mask: set(obj.get("return_sampling_mask")),
-        hidden_states: set(obj.get("return_hidden_states")),
-        logprob: set(obj.get("return_logprob")) || set(obj.get("logprobs")),
+        client_control: CLIENT_CONTROL.into_iter().find(|k| set(obj.field(k))),
+        sampling_mask: set(obj.field("return_sampling_mask")),
+        hidden_states: set(obj.field("return_hidden_states")),
+        logprob: set(obj.field("return_logprob")) || set(obj.field("logprobs")),
         grammar: grammar(obj),
     };
     // Vertex AI: `instances` (each a GenerateReqInput) and `parameters`.
@@ -55,11 +56,11 @@ pub fn features(obj: &Map<String, Value>) -> Features {
 }
 
 fn nested_requests(obj: &Map<String, Value>) -> impl Iterator<Item = &Map<String, Value>> {
-    let instances = obj.get("instances").and_then(Value::as_array);
+    let instances = obj.field("instances").and_then(Value::as_array);
     instances
         .into_iter()
         .flatten()
-        .chain(obj.get("parameters"))
+        .chain(obj.field("parameters"))
         .filter_map(Value::as_object)
 }
 
@@ -77,28 +78,28 @@ fn set(v: Option<&Value>) -> bool {
 fn grammar(obj: &Map<String, Value>) -> Option<&'static str> {
     // `/generate`'s sampling parameters, a list of them for a batch, and the
     // OpenAI routes' SGLang extras at the top level.
-    let params = obj.get("sampling_params");
+    let params = obj.field("sampling_params");
     let param_objects = match params {
         Some(Value::Array(list)) => list.iter().filter_map(Value::as_object).collect(),
         Some(Value::Object(p)) => vec![p],
         _ => vec![],
     };
     for p in param_objects.into_iter().chain(Some(obj)) {
-        if let Some(k) = GRAMMAR_PARAMS.into_iter().find(|k| set(p.get(*k))) {
+        if let Some(k) = GRAMMAR_PARAMS.into_iter().find(|k| set(p.field(k))) {
             return Some(k);
         }
     }
     if let Some(kind) = response_format(obj) {
         return Some(kind);
     }
-    if forced_tool(obj.get("tool_choice")) {
+    if forced_tool(obj.field("tool_choice")) {
         return Some("tool_choice");
     }
-    if strict_tools(obj.get("tools")) {
+    if strict_tools(obj.field("tools")) {
         return Some("tools.strict");
     }
     // Ollama's `format` ("json" or a schema).
-    if set(obj.get("format")) {
+    if set(obj.field("format")) {
         return Some("format");
     }
     None
@@ -108,13 +109,16 @@ fn grammar(obj: &Map<String, Value>) -> Option<&'static str> {
 /// type but `text` constrains decoding.
 fn response_format(obj: &Map<String, Value>) -> Option<&'static str> {
     let formats = [
-        ("response_format", obj.get("response_format")),
-        ("text.format", obj.get("text").and_then(|t| t.get("format"))),
-        ("output_format", obj.get("output_format")),
+        ("response_format", obj.field("response_format")),
+        (
+            "text.format",
+            obj.field("text").and_then(|t| t.field("format")),
+        ),
+        ("output_format", obj.field("output_format")),
     ];
     formats.into_iter().find_map(|(name, f)| {
         let f = f.filter(|f| !f.is_null())?;
-        let text = f.get("type").and_then(Value::as_str) == Some("text");
+        let text = f.field("type").and_then(Value::as_str) == Some("text");
         (!text).then_some(name)
     })
 }
@@ -125,9 +129,10 @@ fn forced_tool(choice: Option<&Value>) -> bool {
     match choice {
         None | Some(Value::Null) => false,
         Some(Value::String(s)) => !matches!(s.as_str(), "auto" | "none"),
-        Some(Value::Object(o)) => {
-            !matches!(o.get("type").and_then(Value::as_str), Some("auto" | "none"))
-        }
+        Some(Value::Object(o)) => !matches!(
+            o.field("type").and_then(Value::as_str),
+            Some("auto" | "none")
+        ),
         Some(_) => true,
     }
 }
@@ -137,7 +142,7 @@ fn strict_tools(tools: Option<&Value>) -> bool {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .any(|t| set(t.get("strict")) || set(t.get("function").and_then(|f| f.get("strict"))))
+        .any(|t| set(t.field("strict")) || set(t.field("function").and_then(|f| f.field("strict"))))
 }
 
 #[cfg(test)]
