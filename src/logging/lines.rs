@@ -12,7 +12,8 @@
 //! it pads it, the same field order) or, where a value could need escaping,
 //! given back to the same `Debug` or serde_json call. The test
 //! `decision_lines_are_the_standard_formatters` holds the two to each other
-//! byte for byte over values that take every path.
+//! byte for byte but for the timestamp (two calls, two instants; the same
+//! timer writes both) over values that take every path.
 
 use std::fmt;
 
