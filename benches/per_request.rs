@@ -1,7 +1,9 @@
 //! What every request pays besides reading and counting its body, in the
 //! process, where `bench/ab.sh`'s end-to-end runs are too noisy to see a
-//! fraction of a microsecond: a new request id, the decision line (human
-//! and JSON, through the real subscriber) and the request span every
+//! fraction of a microsecond: a new request id, the metrics an answered
+//! request records (alone, and from two threads at once as two event loops
+//! do), the decision line (human and JSON, through the real subscriber)
+//! and the request span every
 //! proxied request lives in (created, entered and left as its future is
 //! polled, closed). The lines are written to nothing, not through the
 //! `pg-log` queue: at a benchmark's million lines a second that queue is
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use prefill_guard::logging::{decision, subscriber, DecisionLine, LogFormat};
+use prefill_guard::metrics::Metrics;
 use prefill_guard::proxy::headers::request_id;
 
 fn line(id: &str) -> DecisionLine<'_> {
@@ -40,6 +43,50 @@ fn per_request(c: &mut Criterion) {
     let no_id = http::HeaderMap::new();
     c.bench_function("request id, new", |b| {
         b.iter(|| request_id(std::hint::black_box(&no_id)))
+    });
+    // What `core::record::observe` records for an allowed chat decided by
+    // its bound, with a few other series already present, as after warm-up.
+    let metrics = Metrics::new("bench");
+    for route in ["/generate", "/v1/completions", "/v1/chat/completions"] {
+        for model in ["llama", "qwen2.5"] {
+            metrics.request("proxy", route, model, "refused");
+            metrics.request("proxy", route, model, "allowed");
+        }
+    }
+    let one_request = |metrics: &Metrics| {
+        let (mode, route, model) =
+            std::hint::black_box(("proxy", "/v1/chat/completions", "qwen2.5"));
+        metrics.request(mode, route, model, "allowed");
+        metrics.count_duration(mode, route, model, Duration::from_micros(7));
+        metrics.count_method(mode, route, model, "bound");
+        metrics.upstream_duration(route, Duration::from_micros(900));
+    };
+    c.bench_function("metrics, one request", |b| b.iter(|| one_request(&metrics)));
+    // Two event loops answering at once, as the guard runs on two cores:
+    // the time per request of each.
+    c.bench_function("metrics, one request, two threads at once", |b| {
+        b.iter_custom(|iters| {
+            let start = std::sync::Barrier::new(2);
+            let took = std::thread::scope(|s| {
+                let loops: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            let t = std::time::Instant::now();
+                            for _ in 0..iters {
+                                one_request(&metrics);
+                            }
+                            t.elapsed()
+                        })
+                    })
+                    .collect();
+                loops
+                    .into_iter()
+                    .map(|l| l.join().expect("an update loop panicked"))
+                    .max()
+            });
+            took.unwrap_or_default()
+        })
     });
     let id = "155ed1e7-2e8c-41e3-9043-5b640b54604a";
     for (name, format) in [("human", LogFormat::Human), ("json", LogFormat::Json)] {

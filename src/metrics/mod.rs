@@ -9,13 +9,15 @@
 //! configured model names, `Reason::label()`), so cardinality stays bounded
 //! whatever clients send.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::count::cache::CacheCounters;
+use series::{CounterVec, HistogramVec};
+
+mod series;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -570,130 +572,6 @@ fn escape_label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
-}
-
-/// Metric updates hold the lock for a map lookup and an add; a panic while
-/// holding it cannot leave a value half-written, so a poisoned lock is used as is.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-struct CounterVec {
-    name: &'static str,
-    help: &'static str,
-    label_names: &'static [&'static str],
-    values: Mutex<BTreeMap<Vec<String>, u64>>,
-}
-
-impl CounterVec {
-    fn new(name: &'static str, help: &'static str, label_names: &'static [&'static str]) -> Self {
-        Self {
-            name,
-            help,
-            label_names,
-            values: Mutex::default(),
-        }
-    }
-
-    fn inc(&self, label_values: &[&str]) {
-        let key = label_values.iter().map(|v| v.to_string()).collect();
-        *lock(&self.values).entry(key).or_default() += 1;
-    }
-
-    fn render(&self, out: &mut String) {
-        header(out, self.name, self.help, "counter");
-        for (key, value) in lock(&self.values).iter() {
-            let values: Vec<&str> = key.iter().map(String::as_str).collect();
-            let _ = writeln!(
-                out,
-                "{}{} {value}",
-                self.name,
-                labels(self.label_names, &values, None)
-            );
-        }
-    }
-}
-
-#[derive(Clone)]
-struct Histogram {
-    /// Per bucket, not cumulative; the last slot is `+Inf`.
-    buckets: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-struct HistogramVec {
-    name: &'static str,
-    help: &'static str,
-    label_names: &'static [&'static str],
-    bounds: Vec<f64>,
-    values: Mutex<BTreeMap<Vec<String>, Histogram>>,
-}
-
-impl HistogramVec {
-    fn new(
-        name: &'static str,
-        help: &'static str,
-        label_names: &'static [&'static str],
-        bounds: Vec<f64>,
-    ) -> Self {
-        Self {
-            name,
-            help,
-            label_names,
-            bounds,
-            values: Mutex::default(),
-        }
-    }
-
-    fn observe(&self, label_values: &[&str], v: f64) {
-        let key = label_values.iter().map(|v| v.to_string()).collect();
-        let slot = self
-            .bounds
-            .iter()
-            .position(|b| v <= *b)
-            .unwrap_or(self.bounds.len());
-        let mut values = lock(&self.values);
-        let h = values.entry(key).or_insert_with(|| Histogram {
-            buckets: vec![0; self.bounds.len() + 1],
-            sum: 0.0,
-            count: 0,
-        });
-        h.buckets[slot] += 1;
-        h.sum += v;
-        h.count += 1;
-    }
-
-    fn render(&self, out: &mut String) {
-        header(out, self.name, self.help, "histogram");
-        let snapshot: Vec<(Vec<String>, Histogram)> = lock(&self.values)
-            .iter()
-            .map(|(k, h)| (k.clone(), h.clone()))
-            .collect();
-        for (key, h) in snapshot {
-            let values: Vec<&str> = key.iter().map(String::as_str).collect();
-            let mut cumulative = 0;
-            for (i, n) in h.buckets.iter().enumerate() {
-                cumulative += n;
-                let le = self
-                    .bounds
-                    .get(i)
-                    .map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-                let _ = writeln!(
-                    out,
-                    "{}_bucket{} {cumulative}",
-                    self.name,
-                    labels(self.label_names, &values, Some(&le))
-                );
-            }
-            let set = labels(self.label_names, &values, None);
-            let _ = writeln!(
-                out,
-                "{}_sum{set} {}\n{}_count{set} {}",
-                self.name, h.sum, self.name, h.count
-            );
-        }
-    }
 }
 
 #[cfg(test)]
