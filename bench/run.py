@@ -941,13 +941,58 @@ def render_agent(a: dict) -> list[str]:
     return L
 
 
+class Verdicts:
+    """A targets table: each row what was measured and met / not met."""
+
+    def __init__(self, title: str):
+        self.lines = [f"## {title}\n", "| target | measured | |", "|---|---|---|"]
+
+    def row(self, what: str, measured: str, ok: bool | None) -> None:
+        verdict = "met" if ok else "not met" if ok is not None else "not measured"
+        self.lines.append(f"| {what} | {measured} | {verdict} |")
+
+    def done(self) -> list[str]:
+        return self.lines + [""]
+
+
+def added_p99(W: dict, workload: str, name: str) -> tuple[float, str, bool] | None:
+    """`name`'s p99 over the stub's in the interleaved run of `workload`:
+    milliseconds, what to print beside it, and whether every request was
+    answered 2xx (a fast error is no latency)."""
+    wl = W.get(workload, {})
+    g, d, e = wl.get(name), wl.get("direct"), wl.get("envoy")
+    if not (g and d and "paced" in g and "paced" in d):
+        return None
+    add = (g["paced"]["p99_us"] - d["paced"]["p99_us"]) / 1e3
+    context = ""
+    if e and "paced" in e and name != "envoy":
+        context = f" (Envoy {(e['paced']['p99_us'] - d['paced']['p99_us']) / 1e3:.2f} ms in the same run)"
+    failed = non_2xx(g["paced"]) + g["paced"]["errors"]
+    if failed:
+        context += f"; {failed} requests not answered 2xx"
+    return add, context, not failed
+
+
+def cpu_per_request(t: dict) -> float | None:
+    """Seconds of CPU per request of a closed-loop run (all the hop's processes)."""
+    th = t["throughput"]
+    return th["cpu_s"] / th["requests"] if th["requests"] else None
+
+
+def agent_resend_row(v: Verdicts, results: dict) -> None:
+    ag = results.get("agent")
+    if ag:
+        floor = ag["encode"]["median_s"]
+        warm = max(x["count_s"] for x in ag["guards"]["cache"] if x["request"].startswith("warm"))
+        v.row("agent: a warm resend decided in ≤ 0.05× one encode of its text",
+              f"{warm:.3f} s vs {floor:.3f} s = {warm / floor:.3f}×", warm <= 0.05 * floor)
+
+
 def targets_met(results: dict) -> list[str]:
     """Issue 6's targets, each with what was measured and met / not met."""
     W = results["workloads"]
-    out = ["## Issue 6 targets\n", "| target | measured | |", "|---|---|---|"]
-
-    def row(what: str, measured: str, ok: bool | None) -> None:
-        out.append(f"| {what} | {measured} | {'met' if ok else 'not met' if ok is not None else 'not measured'} |")
+    v = Verdicts("Issue 6 targets")
+    row = v.row
 
     one = W.get("1k", {})
     g, e, n = one.get("guard"), one.get("envoy"), one.get("naive")
@@ -957,23 +1002,15 @@ def targets_met(results: dict) -> list[str]:
     if g and n:
         r = g["throughput"]["rps"] / n["throughput"]["rps"]
         row("1k chat: throughput ≥ 10× Python guard", f"{r:.1f}× naive", r >= 10)
-    d = one.get("direct")
-    if g and d and "paced" in g:
-        add = (g["paced"]["p99_us"] - d["paced"]["p99_us"]) / 1e3
-        context = ""
-        if e and "paced" in e:
-            context = f" (Envoy {(e['paced']['p99_us'] - d['paced']['p99_us']) / 1e3:.2f} ms in the same run)"
-        # A fast error is no latency: every request must have been answered 2xx.
-        failed = non_2xx(g["paced"]) + g["paced"]["errors"]
-        if failed:
-            context += f"; {failed} requests not answered 2xx"
-        row("1k chat: added p99 < 1 ms at moderate load", f"{add:.2f} ms{context}", add < 1 and not failed)
+    p99 = added_p99(W, "1k", "guard")
+    if p99:
+        add, context, all_2xx = p99
+        row("1k chat: added p99 < 1 ms at moderate load", f"{add:.2f} ms{context}", add < 1 and all_2xx)
     for name in ("1k", "32k"):
         wl = W.get(name, {})
         g, one = wl.get("guard"), wl.get("guard-release")
         if g and one and g["throughput"]["requests"] and one["throughput"]["requests"]:
-            cpu = g["throughput"]["cpu_s"] / g["throughput"]["requests"]
-            cpu_one = one["throughput"]["cpu_s"] / one["throughput"]["requests"]
+            cpu, cpu_one = cpu_per_request(g), cpu_per_request(one)
             r = cpu / cpu_one
             row(f"{name} chat, release not stated (every family counted): CPU/request ≤ 1.2× one release's",
                 f"{cpu * 1e3:.3f} vs {cpu_one * 1e3:.3f} ms = {r:.2f}×", r <= 1.2)
@@ -988,13 +1025,10 @@ def targets_met(results: dict) -> list[str]:
                 took = (gw["serial"]["p50_us"] - dw["serial"]["p50_us"]) / 1e6
             r = took / floor["median_s"]
             row(label, f"{took:.3f} s vs {floor['median_s']:.3f} s = {r:.2f}×", r <= factor)
+    agent_resend_row(v, results)
     ag = results.get("agent")
     if ag:
-        floor = ag["encode"]["median_s"]
         on, off = ag["guards"]["cache"], ag["guards"]["no cache"]
-        warm = max(x["count_s"] for x in on if x["request"].startswith("warm"))
-        row("agent: a warm resend decided in ≤ 0.05× one encode of its text",
-            f"{warm:.3f} s vs {floor:.3f} s = {warm / floor:.3f}×", warm <= 0.05 * floor)
         cold, cold_off = on[0]["count_s"], off[0]["count_s"]
         row("agent: cold no slower than without the cache",
             f"{cold:.3f} s vs {cold_off:.3f} s = {cold / cold_off:.2f}×", cold <= cold_off * 1.1)
@@ -1012,8 +1046,35 @@ def targets_met(results: dict) -> list[str]:
         row("flood: excess shed (503), not queued",
             f"{shed:.0f} of {fl['responses']} shed (guard's count); the admitted waited up to "
             f"{fl['latency_max_s'] or 0:.0f} s", shed > 0)
-    out.append("")
-    return out
+    return v.done()
+
+
+def issue31_targets(results: dict) -> list[str]:
+    """Issue 31's targets: the guard against the proxies operators already
+    run, in this run, on this machine."""
+    W = results["workloads"]
+    v = Verdicts("Issue 31 targets")
+    big, small = W.get("32k", {}), W.get("1k", {})
+    g, e = big.get("guard"), big.get("envoy")
+    if g and e:
+        r = g["throughput"]["rps"] / e["throughput"]["rps"]
+        v.row("32k chat: throughput ≥ Envoy's", f"{r:.2f}× Envoy", r >= 1.0)
+        cg, ce = cpu_per_request(g), cpu_per_request(e)
+        if cg and ce:
+            v.row("32k chat: CPU/request ≤ Envoy's",
+                  f"{cg * 1e6:.0f} vs {ce * 1e6:.0f} µs = {cg / ce:.2f}×", cg <= ce)
+    g, n = small.get("guard"), small.get("nginx")
+    if g and n:
+        r = g["throughput"]["rps"] / n["throughput"]["rps"]
+        v.row("1k chat: throughput ≥ 0.8× nginx's", f"{r:.2f}× nginx", r >= 0.8)
+    for name in ("1k", "32k"):
+        p99 = added_p99(W, name, "guard")
+        if p99:
+            add, context, all_2xx = p99
+            v.row(f"{name} chat: added p99 < 1 ms at the paced load", f"{add:.2f} ms{context}",
+                  add < 1 and all_2xx)
+    agent_resend_row(v, results)
+    return v.done()
 
 
 def render(results, targets, workloads, meta, quick, seconds, long_requests, flood_seconds) -> str:
@@ -1126,6 +1187,7 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
                  f"p50 {fl['healthz_p50_ms'] or 0:.1f} ms, max {fl['healthz_max_ms'] or 0:.1f} ms")
         L.append(f"- guard CPU: {fl['cpu_s']:.1f} s over the flood\n")
     L.extend(targets_met(results))
+    L.extend(issue31_targets(results))
     if results.get("measured"):
         L.append(f"Guard measured: {results['measured']}.")
     L.append(f"Load average before/after: {' '.join(f'{x:.2f}' for x in results['load_before'])} / "
