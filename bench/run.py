@@ -31,7 +31,10 @@ direct, envoy, nginx, guard and router, so that a stall of this shared VM falls 
 of them alike and "added" compares the same moments. The naive guard is left
 out of it: at that rate it would be saturated and take the CPU from the others.
 
-Environment: BENCH_SECONDS (per closed-loop run, default 10), BENCH_PACED_SECONDS
+Environment: BENCH_SECONDS (per closed-loop run, default 10), BENCH_ROUNDS (closed-loop
+runs per target and workload, the targets in turn within a round, default 1; the tables
+show each target's median round and the targets' ratios are the median of the rounds'
+ratios), BENCH_PACED_SECONDS
 (the interleaved run, default 30), BENCH_PACED_RATE_1K / BENCH_PACED_RATE_32K
 (requests per second per target, default 200 / 25), BENCH_LONG_REQUESTS
 (600k and 1M: requests one after another, default 8), BENCH_FLOOD_SECONDS (default 15), BENCH_CONN
@@ -644,6 +647,8 @@ def main() -> None:
     long_requests = int(os.environ.get("BENCH_LONG_REQUESTS", 2 if quick else 8))
     flood_seconds = float(os.environ.get("BENCH_FLOOD_SECONDS", 3 if quick else 15))
     conn = int(os.environ.get("BENCH_CONN", 32))
+    # Closed-loop runs per target and workload, interleaved (see the loop).
+    rounds = max(1, int(os.environ.get("BENCH_ROUNDS", 1)))
     # The RSS bound BENCHMARKS.md states for the flood (see there for why).
     flood_bound = int(os.environ.get("BENCH_FLOOD_RSS_BOUND_MIB", 1024))
     shared = Path(os.environ.get("PREFILL_GUARD_SHARED", REPO.parent / "shared"))
@@ -755,26 +760,39 @@ def main() -> None:
     for w in workloads:
         body = bodies / f"{w.name}.json"
         results["workloads"][w.name] = {}
+        payload = body.read_bytes()
+        before = {}
         for t in targets:
             # Warm-up: connections, allocator, the tokenizer's caches.
-            payload = body.read_bytes()
             for _ in range(1 if w.long else 20):
                 http("POST", t.url() + "/v1/chat/completions", payload)
-            runs = {}
-            before = guard_count_stats(t.admin) if t.admin else None
-            for phase, conns in w.phases:
-                if phase == "serial":
-                    runs[phase] = serial(t, body, long_requests)
-                else:
-                    runs[phase] = measure(t, body, conns, seconds)
-                print(f"# {w.name:>5} {t.name:>6} {phase:>10}: {runs[phase]['rps']:.1f} req/s, "
-                      f"p50 {ms(runs[phase]['p50_us'])} ms, p99 {ms(runs[phase]['p99_us'])} ms, "
-                      f"{fmt_statuses(runs[phase])}", file=sys.stderr, flush=True)
-            if before is not None:
+            before[t.name] = guard_count_stats(t.admin) if t.admin else None
+            results["workloads"][w.name][t.name] = {}
+        # Closed-loop phases run `rounds` times, the targets in turn within a
+        # round, so that each round's ratios compare the same minutes of the
+        # machine; the serial phases of the huge prompts run once.
+        for phase, conns in w.phases:
+            for r in range(1 if phase == "serial" else rounds):
+                for t in targets:
+                    runs = results["workloads"][w.name][t.name]
+                    if phase == "serial":
+                        res = serial(t, body, long_requests)
+                    else:
+                        res = measure(t, body, conns, seconds)
+                    runs.setdefault(f"{phase}_rounds", []).append(res)
+                    print(f"# {w.name:>5} {t.name:>6} {phase:>10}{f' {r + 1}/{rounds}' if rounds > 1 else ''}: "
+                          f"{res['rps']:.1f} req/s, p50 {ms(res['p50_us'])} ms, p99 {ms(res['p99_us'])} ms, "
+                          f"{fmt_statuses(res)}", file=sys.stderr, flush=True)
+            for t in targets:
+                runs = results["workloads"][w.name][t.name]
+                # The tables show the round of median throughput.
+                runs[phase] = sorted(runs[f"{phase}_rounds"], key=lambda x: x["rps"])[len(runs[f"{phase}_rounds"]) // 2]
+        for t in targets:
+            if before[t.name] is not None:
                 after = guard_count_stats(t.admin)
-                n = after[1] - before[1]
-                runs["guard_count_mean_s"] = (after[0] - before[0]) / n if n else None
-            results["workloads"][w.name][t.name] = runs
+                n = after[1] - before[t.name][1]
+                results["workloads"][w.name][t.name]["guard_count_mean_s"] = (
+                    (after[0] - before[t.name][0]) / n if n else None)
         if w.paced_rate:
             eligible = [t for t in targets if t.name != "naive"]
             res = paced(Path(args.paced), eligible, body, w.paced_rate, paced_seconds)
@@ -974,9 +992,32 @@ def added_p99(W: dict, workload: str, name: str) -> tuple[float, str, bool] | No
 
 
 def cpu_per_request(t: dict) -> float | None:
-    """Seconds of CPU per request of a closed-loop run (all the hop's processes)."""
-    th = t["throughput"]
-    return th["cpu_s"] / th["requests"] if th["requests"] else None
+    """Seconds of CPU per request of a target's (median) closed-loop run."""
+    return cpu_each(t["throughput"])
+
+
+def ratio(a: dict, b: dict, of) -> tuple[float, str]:
+    """`of(a) / of(b)` for two targets' closed-loop runs: with several rounds,
+    the median of each round's ratio (the two ran minutes apart at most),
+    and the rounds' ratios to print beside it."""
+    ra = a.get("throughput_rounds") or [a["throughput"]]
+    rb = b.get("throughput_rounds") or [b["throughput"]]
+    each = sorted(of(x) / of(y) for x, y in zip(ra, rb) if of(x) and of(y))
+    if not each:
+        return float("nan"), ""
+    mid = len(each) // 2
+    median = each[mid] if len(each) % 2 else (each[mid - 1] + each[mid]) / 2
+    return median, (f" (median of {len(each)} rounds: {', '.join(f'{x:.2f}' for x in each)})"
+                    if len(each) > 1 else "")
+
+
+def rps(run: dict) -> float:
+    return run["rps"]
+
+
+def cpu_each(run: dict) -> float | None:
+    """Seconds of CPU per request of one closed-loop run (the hop's processes)."""
+    return run["cpu_s"] / run["requests"] if run["requests"] else None
 
 
 def agent_resend_row(v: Verdicts, results: dict) -> None:
@@ -997,11 +1038,11 @@ def targets_met(results: dict) -> list[str]:
     one = W.get("1k", {})
     g, e, n = one.get("guard"), one.get("envoy"), one.get("naive")
     if g and e:
-        r = g["throughput"]["rps"] / e["throughput"]["rps"]
-        row("1k chat: throughput ≥ 0.8× pass-through proxy", f"{r:.2f}× Envoy", r >= 0.8)
+        r, each = ratio(g, e, rps)
+        row("1k chat: throughput ≥ 0.8× pass-through proxy", f"{r:.2f}× Envoy{each}", r >= 0.8)
     if g and n:
-        r = g["throughput"]["rps"] / n["throughput"]["rps"]
-        row("1k chat: throughput ≥ 10× Python guard", f"{r:.1f}× naive", r >= 10)
+        r, each = ratio(g, n, rps)
+        row("1k chat: throughput ≥ 10× Python guard", f"{r:.1f}× naive{each}", r >= 10)
     p99 = added_p99(W, "1k", "guard")
     if p99:
         add, context, all_2xx = p99
@@ -1057,16 +1098,17 @@ def issue31_targets(results: dict) -> list[str]:
     big, small = W.get("32k", {}), W.get("1k", {})
     g, e = big.get("guard"), big.get("envoy")
     if g and e:
-        r = g["throughput"]["rps"] / e["throughput"]["rps"]
-        v.row("32k chat: throughput ≥ Envoy's", f"{r:.2f}× Envoy", r >= 1.0)
+        r, each = ratio(g, e, rps)
+        v.row("32k chat: throughput ≥ Envoy's", f"{r:.2f}× Envoy{each}", r >= 1.0)
         cg, ce = cpu_per_request(g), cpu_per_request(e)
         if cg and ce:
+            r, each = ratio(g, e, cpu_each)
             v.row("32k chat: CPU/request ≤ Envoy's",
-                  f"{cg * 1e6:.0f} vs {ce * 1e6:.0f} µs = {cg / ce:.2f}×", cg <= ce)
+                  f"{r:.2f}×{each}; {cg * 1e6:.0f} vs {ce * 1e6:.0f} µs in the median round", r <= 1.0)
     g, n = small.get("guard"), small.get("nginx")
     if g and n:
-        r = g["throughput"]["rps"] / n["throughput"]["rps"]
-        v.row("1k chat: throughput ≥ 0.8× nginx's", f"{r:.2f}× nginx", r >= 0.8)
+        r, each = ratio(g, n, rps)
+        v.row("1k chat: throughput ≥ 0.8× nginx's", f"{r:.2f}× nginx{each}", r >= 0.8)
     for name in ("1k", "32k"):
         p99 = added_p99(W, name, "guard")
         if p99:
@@ -1081,7 +1123,11 @@ def render(results, targets, workloads, meta, quick, seconds, long_requests, flo
     L: list[str] = []
     names = {t.name: t.label for t in targets}
     L.append(f"## Side by side{' (--quick: smoke numbers only)' if quick else ''}\n")
-    L.append(f"wrk closed-loop runs of {seconds:g} s (req/s, CPU, RSS); 600k and 1M: {long_requests} requests one "
+    rounds = max((len(r.get("throughput_rounds", [])) for wl in results["workloads"].values()
+                  for r in wl.values()), default=1)
+    L.append(f"wrk closed-loop runs of {seconds:g} s (req/s, CPU, RSS)"
+             + (f", {rounds} rounds with the targets in turn, each target's median round shown" if rounds > 1 else "")
+             + f"; 600k and 1M: {long_requests} requests one "
              "after another on one connection. "
              "Latency columns come from the interleaved moderate-load run (below) where there is one, "
              "else from the serial run (600k, 1M) or, marked †, from the closed-loop run (a target left out of "
