@@ -54,6 +54,8 @@ fn per_request(c: &mut Criterion) {
         }
     }
     let one_request = |metrics: &Metrics| {
+        // Held while the request is answered, dropped with its body.
+        let _in_flight = metrics.in_flight();
         let (mode, route, model) =
             std::hint::black_box(("proxy", "/v1/chat/completions", "qwen2.5"));
         metrics.request(mode, route, model, "allowed");

@@ -10,12 +10,12 @@
 //! whatever clients send.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::count::cache::CacheCounters;
-use series::{CounterVec, HistogramVec};
+use series::{CounterVec, HistogramVec, Level};
 
 mod series;
 
@@ -47,7 +47,7 @@ pub struct Metrics {
     count_methods: CounterVec,
     count_seconds: HistogramVec,
     upstream_seconds: HistogramVec,
-    in_flight: Arc<AtomicI64>,
+    in_flight: Level,
     discovery_errors: CounterVec,
     limit_changes: CounterVec,
     reloads: CounterVec,
@@ -144,7 +144,7 @@ impl Metrics {
                 &["route"],
                 UPSTREAM_SECONDS_BUCKETS.to_vec(),
             ),
-            in_flight: Arc::new(AtomicI64::new(0)),
+            in_flight: Level::new(),
             discovery_errors: CounterVec::new(
                 "prefill_guard_discovery_errors_total",
                 "Discovery polls of a prefill worker that failed (the last known value is kept).",
@@ -260,8 +260,7 @@ impl Metrics {
     /// token travels with a streamed response body, so an SSE answer counts
     /// until its last byte is sent or its client goes away.
     pub fn in_flight(&self) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self.in_flight.clone())
+        self.in_flight.raise()
     }
 
     /// The text exposition. `profiles` are read at scrape time because they
@@ -335,7 +334,7 @@ impl Metrics {
         let _ = writeln!(
             out,
             "prefill_guard_in_flight_requests {}",
-            self.in_flight.load(Ordering::Relaxed)
+            self.in_flight.get()
         );
         header(
             &mut out,
@@ -538,13 +537,7 @@ fn render_workers(out: &mut String, workers: &[WorkerSample]) {
 }
 
 /// See [`Metrics::in_flight`].
-pub struct InFlight(Arc<AtomicI64>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
+pub type InFlight = series::Raised;
 
 // === text format ===
 

@@ -1,17 +1,19 @@
 //! Where counter and histogram families keep their series.
 //!
-//! Every answered request updates four or more families, from every event
-//! loop at once. So an update finds its series without allocating (the
-//! label values are looked up as borrowed `&str`s) and locks only its own
-//! thread's shard: no lock or cache line is shared between event loops on
-//! the request path. A scrape merges the shards, which is the rare side.
+//! Every answered request updates four or more families and the in-flight
+//! gauge, from every event loop at once. So an update finds its series
+//! without allocating (the label values are looked up as borrowed `&str`s)
+//! and touches only its own thread's shard: no metric's lock or cache line
+//! is shared between event loops on the request path. A scrape adds the
+//! shards up, which is the rare side.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::AtomicI64;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{header, labels};
 
@@ -196,6 +198,46 @@ impl<V: Value> Shards<V> {
     }
 }
 
+/// A gauge of things alive now (requests in flight), one counter per shard:
+/// a request raises its thread's counter and, when done, lowers the same
+/// one, whichever thread drops it; the sum is the gauge.
+pub(super) struct Level {
+    shards: Box<[Arc<Padded<AtomicI64>>]>,
+}
+
+impl Level {
+    pub(super) fn new() -> Self {
+        Self {
+            shards: (0..SHARDS)
+                .map(|_| Arc::new(Padded(AtomicI64::new(0))))
+                .collect(),
+        }
+    }
+
+    /// Raised until the returned token is dropped.
+    pub(super) fn raise(&self) -> Raised {
+        let shard = &self.shards[shard_index()];
+        shard.0.fetch_add(1, AtomicOrdering::Relaxed);
+        Raised(shard.clone())
+    }
+
+    pub(super) fn get(&self) -> i64 {
+        self.shards
+            .iter()
+            .map(|s| s.0.load(AtomicOrdering::Relaxed))
+            .sum()
+    }
+}
+
+/// Holds a [`Level`] raised by one.
+pub struct Raised(Arc<Padded<AtomicI64>>);
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
 fn values(key: &LabelSet) -> Vec<&str> {
     key.0.iter().map(|s| &**s).collect()
 }
@@ -339,6 +381,32 @@ mod tests {
                 assert_eq!(owned(x).cmp(&owned(y)), as_vec(x).cmp(&as_vec(y)));
             }
         }
+    }
+
+    /// A token dropped on another thread lowers the shard it raised: the
+    /// sum stays the number of tokens alive.
+    #[test]
+    fn a_level_counts_tokens_alive_wherever_they_are_dropped() {
+        let level = Level::new();
+        let threads = SHARDS as i64 + 5;
+        let mut held: Vec<Raised> = std::thread::scope(|s| {
+            let made: Vec<_> = (0..threads)
+                .map(|_| s.spawn(|| (0..3).map(|_| level.raise()).collect::<Vec<_>>()))
+                .collect();
+            made.into_iter()
+                .flat_map(|t| t.join().expect("a raising thread panicked"))
+                .collect()
+        });
+        assert_eq!(level.get(), 3 * threads);
+        // Half of them dropped by one other thread, as a streamed body may be.
+        let half = held.split_off(held.len() / 2);
+        let dropped = half.len() as i64;
+        std::thread::spawn(move || drop(half))
+            .join()
+            .expect("the dropping thread panicked");
+        assert_eq!(level.get(), 3 * threads - dropped);
+        drop(held);
+        assert_eq!(level.get(), 0);
     }
 
     /// Updates from many threads land in different shards; the scrape adds
