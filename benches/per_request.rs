@@ -68,47 +68,67 @@ fn per_request(c: &mut Criterion) {
     // the time per request of each.
     c.bench_function("metrics, one request, two threads at once", |b| {
         b.iter_custom(|iters| {
-            let start = std::sync::Barrier::new(2);
-            let took = std::thread::scope(|s| {
-                let loops: Vec<_> = (0..2)
-                    .map(|_| {
-                        s.spawn(|| {
-                            start.wait();
-                            let t = std::time::Instant::now();
-                            for _ in 0..iters {
-                                one_request(&metrics);
-                            }
-                            t.elapsed()
-                        })
-                    })
-                    .collect();
-                loops
-                    .into_iter()
-                    .map(|l| l.join().expect("an update loop panicked"))
-                    .max()
-            });
-            took.unwrap_or_default()
+            two_threads(iters, |n| {
+                for _ in 0..n {
+                    one_request(&metrics);
+                }
+            })
         })
     });
     let id = "155ed1e7-2e8c-41e3-9043-5b640b54604a";
+    let request_span = || {
+        let span = tracing::info_span!("request", request_id = std::hint::black_box(id));
+        // A proxied request's future is polled a handful of times.
+        for _ in 0..4 {
+            let _entered = span.enter();
+        }
+    };
     for (name, format) in [("human", LogFormat::Human), ("json", LogFormat::Json)] {
-        let sub = subscriber(format, "info", std::io::sink);
-        tracing::subscriber::with_default(sub, || {
+        let dispatch = tracing::Dispatch::new(subscriber(format, "info", std::io::sink));
+        tracing::dispatcher::with_default(&dispatch, || {
             c.bench_function(&format!("decision line, {name}"), |b| {
                 b.iter(|| decision(std::hint::black_box(&line(id))))
             });
-            c.bench_function(&format!("request span, {name}"), |b| {
-                b.iter(|| {
-                    let span =
-                        tracing::info_span!("request", request_id = std::hint::black_box(id));
-                    // A proxied request's future is polled a handful of times.
-                    for _ in 0..4 {
-                        let _entered = span.enter();
-                    }
+            c.bench_function(&format!("request span, {name}"), |b| b.iter(request_span));
+        });
+        c.bench_function(&format!("request span, {name}, two threads at once"), |b| {
+            b.iter_custom(|iters| {
+                // Each event loop runs with the subscriber as its default,
+                // set once, as the guard's loops do.
+                two_threads(iters, |n| {
+                    tracing::dispatcher::with_default(&dispatch, || {
+                        for _ in 0..n {
+                            request_span();
+                        }
+                    })
                 })
-            });
+            })
         });
     }
+}
+
+/// The longer of two threads' times to each run `loop_of(iters)`, both
+/// started together: what each of two event loops pays per request when
+/// they answer at the same moment.
+fn two_threads(iters: u64, loop_of: impl Fn(u64) + Sync) -> Duration {
+    let start = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        let loops: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    let t = std::time::Instant::now();
+                    loop_of(iters);
+                    t.elapsed()
+                })
+            })
+            .collect();
+        loops
+            .into_iter()
+            .map(|l| l.join().expect("a bench thread panicked"))
+            .max()
+            .unwrap_or_default()
+    })
 }
 
 criterion_group! {
