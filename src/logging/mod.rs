@@ -263,14 +263,14 @@ where
 
 /// `subscriber` behind the filter `directives` (valid `EnvFilter` syntax).
 ///
-/// EnvFilter looks for span directives (`[request]=debug`) by taking a lock
-/// shared by every thread on each span enter, exit and close: a request's
-/// span is entered at every poll of its future, so two event loops
-/// answering at once contend for that lock (criterion `per_request`:
-/// request span, two threads at once, 1.6 µs against 0.37 µs alone). Plain
-/// directives are read as tracing-subscriber's `Targets`, which keeps no
-/// span state and enables exactly what EnvFilter's static directives do
-/// (it is the same directive set); anything else stays an EnvFilter.
+/// EnvFilter looks for span directives (`[request]=debug`) by taking a read
+/// lock on a map shared by every thread at each span enter, exit and close,
+/// and a request's span is entered at every poll of its future, from both
+/// event loops (criterion `per_request`, request span on one thread: 366 ns
+/// with EnvFilter, 240 ns with `Targets`). Plain directives are read as
+/// tracing-subscriber's `Targets`, which keeps no span state and enables
+/// exactly what EnvFilter's static directives do (it is the same directive
+/// set); anything else stays an EnvFilter.
 fn filtered<S>(subscriber: S, directives: &str) -> Box<dyn Subscriber + Send + Sync>
 where
     S: Subscriber + Send + Sync + 'static,

@@ -11,8 +11,7 @@ use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicI64;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{header, labels};
@@ -200,7 +199,8 @@ impl<V: Value> Shards<V> {
 
 /// A gauge of things alive now (requests in flight), one counter per shard:
 /// a request raises its thread's counter and, when done, lowers the same
-/// one, whichever thread drops it; the sum is the gauge.
+/// one, whichever thread drops it; the sum is the gauge (read counter by
+/// counter, so a scrape may count a request that ended while it read).
 pub(super) struct Level {
     shards: Box<[Arc<Padded<AtomicI64>>]>,
 }
