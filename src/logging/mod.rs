@@ -238,7 +238,10 @@ fn build<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
-    let filter = EnvFilter::try_new(filter).map_or(DEFAULT_FILTER, |_| filter);
+    let (filter, env) = match EnvFilter::try_new(filter) {
+        Ok(env) => (filter, env),
+        Err(_) => (DEFAULT_FILTER, EnvFilter::new(DEFAULT_FILTER)),
+    };
     // The filter decides from here on; the formatter's own level lets all through.
     let builder = tracing_subscriber::fmt()
         .with_max_level(LevelFilter::TRACE)
@@ -250,6 +253,7 @@ where
                 .event_format(Lines::human(tracing_subscriber::fmt::format()))
                 .finish(),
             filter,
+            env,
         ),
         LogFormat::Json => filtered(
             builder
@@ -257,11 +261,12 @@ where
                 .event_format(Lines::json(JsonLines::new()))
                 .finish(),
             filter,
+            env,
         ),
     }
 }
 
-/// `subscriber` behind the filter `directives` (valid `EnvFilter` syntax).
+/// `subscriber` behind the filter `directives`, which `env` was read from.
 ///
 /// EnvFilter looks for span directives (`[request]=debug`) by taking a read
 /// lock on a map shared by every thread at each span enter, exit and close,
@@ -271,7 +276,7 @@ where
 /// tracing-subscriber's `Targets`, which keeps no span state and enables
 /// exactly what EnvFilter's static directives do (it is the same directive
 /// set); anything else stays an EnvFilter.
-fn filtered<S>(subscriber: S, directives: &str) -> Box<dyn Subscriber + Send + Sync>
+fn filtered<S>(subscriber: S, directives: &str, env: EnvFilter) -> Box<dyn Subscriber + Send + Sync>
 where
     S: Subscriber + Send + Sync + 'static,
     Targets: Layer<S>,
@@ -279,7 +284,7 @@ where
 {
     match plain_targets(directives) {
         Some(targets) => Box::new(subscriber.with(targets)),
-        None => Box::new(subscriber.with(EnvFilter::new(directives))),
+        None => Box::new(subscriber.with(env)),
     }
 }
 
@@ -478,6 +483,7 @@ mod tests {
                     .with_max_level(LevelFilter::TRACE)
                     .finish(),
                 directives,
+                EnvFilter::try_new(directives).expect("valid"),
             );
             let env = tracing_subscriber::fmt()
                 .with_env_filter(EnvFilter::try_new(directives).expect("valid"))

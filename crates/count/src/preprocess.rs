@@ -1007,7 +1007,7 @@ fn legacy_reasoning_inputs(
         *raw_ctk = Some(Value::Object(ctk));
     };
     if let Some(Value::Object(r)) = top.field("reasoning") {
-        // `r.field("effort") or r.field("reasoning_effort")`
+        // `r.get("effort") or r.get("reasoning_effort")`
         let effort = match r.field("effort") {
             Some(e) if py::truthy(e) => Some(e),
             _ => r.field("reasoning_effort"),
