@@ -124,8 +124,7 @@ where
     }
     let deadline = tokio::time::Instant::now() + timeouts.total;
     let mut reservation = budget.reservation();
-    // Grown as bytes arrive: a declared length is only a promise.
-    let mut buf = BytesMut::with_capacity((declared as usize).min(INITIAL_CAPACITY));
+    let mut arrived = Arrived::Nothing;
     loop {
         let next = tokio::time::timeout_at(
             deadline.min(tokio::time::Instant::now() + timeouts.idle),
@@ -144,24 +143,79 @@ where
             param: None,
         })?;
         if let Ok(data) = frame.into_data() {
-            let len = buf.len() + data.len();
+            let len = arrived.len() + data.len();
             if len > max {
                 return Err(Reason::BodyTooLarge { limit: max });
             }
             if len > reservation.bytes() {
                 reservation.grow(len - reservation.bytes())?;
             }
-            if len > buf.capacity() {
-                // A buffer of the size asked for (`reserve` would double).
-                let mut grown =
-                    BytesMut::with_capacity(grown_capacity(buf.capacity(), len, declared));
-                grown.extend_from_slice(&buf);
-                buf = grown;
-            }
-            buf.extend_from_slice(&data);
+            arrived.push(data, declared);
         }
     }
-    Ok((buf.freeze(), reservation))
+    Ok((arrived.into_bytes(), reservation))
+}
+
+/// A body as it arrives. Most bodies come as one frame: hyper reads them
+/// with their head and hands the body over as a slice of its read buffer,
+/// which is kept as it is (a 139 kB chat was copied once more here, 1.7% of
+/// the guard's CPU). A second frame starts a buffer of the body's own.
+enum Arrived {
+    Nothing,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Arrived {
+    fn len(&self) -> usize {
+        match self {
+            Arrived::Nothing => 0,
+            Arrived::One(b) => b.len(),
+            Arrived::Many(b) => b.len(),
+        }
+    }
+
+    fn push(&mut self, data: Bytes, declared: u64) {
+        if data.is_empty() {
+            return;
+        }
+        match self {
+            Arrived::Nothing => *self = Arrived::One(data),
+            Arrived::One(first) => {
+                let needed = first.len() + data.len();
+                // Grown as bytes arrive: a declared length is only a promise.
+                let start = (declared as usize).min(INITIAL_CAPACITY);
+                let capacity = if needed <= start {
+                    start
+                } else {
+                    grown_capacity(start, needed, declared)
+                };
+                let mut buf = BytesMut::with_capacity(capacity);
+                buf.extend_from_slice(first);
+                buf.extend_from_slice(&data);
+                *self = Arrived::Many(buf);
+            }
+            Arrived::Many(buf) => {
+                let needed = buf.len() + data.len();
+                if needed > buf.capacity() {
+                    // A buffer of the size asked for (`reserve` would double).
+                    let mut grown =
+                        BytesMut::with_capacity(grown_capacity(buf.capacity(), needed, declared));
+                    grown.extend_from_slice(buf);
+                    *buf = grown;
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Arrived::Nothing => Bytes::new(),
+            Arrived::One(b) => b,
+            Arrived::Many(b) => b.freeze(),
+        }
+    }
 }
 
 /// The buffer a body starts with; it grows from there as bytes arrive.
@@ -242,6 +296,32 @@ mod tests {
             .unwrap();
         assert_eq!(read, body);
         assert_eq!(budget.used(), body.len());
+    }
+
+    /// A body that arrives as one frame (most do: hyper reads it with its
+    /// head) is the frame itself, not a copy; empty frames change nothing.
+    #[tokio::test]
+    async fn a_body_in_one_frame_is_kept_without_a_copy() {
+        let body = Bytes::from(vec![b'x'; 139_000]);
+        let budget = BodyBudget::new(1 << 20);
+        let frames = vec![Bytes::new(), body.clone(), Bytes::new()];
+        let (read, _held) = read_within(declared(frames), 1 << 20, &budget, T)
+            .await
+            .unwrap();
+        assert_eq!(read, body);
+        assert_eq!(read.as_ptr(), body.as_ptr(), "the frame's own bytes");
+        assert_eq!(budget.used(), body.len());
+        // Two frames are joined into a buffer of their own.
+        let (read, _held) = read_within(
+            declared(vec![body.slice(..1000), body.slice(1000..)]),
+            1 << 20,
+            &budget,
+            T,
+        )
+        .await
+        .unwrap();
+        assert_eq!(read, body);
+        assert_ne!(read.as_ptr(), body.as_ptr());
     }
 
     fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
