@@ -6,6 +6,8 @@ One run starts, all on loopback:
   envoy   client -> Envoy (plain pass-through, bench/envoy.yaml) -> stub
   nginx   client -> nginx (plain pass-through, bench/nginx.conf) -> stub
   guard   client -> prefill-guard serve -> stub
+  guard-hop  the same, on a path it forwards uninspected (`--allow-route`): the
+          hop alone, without reading or counting the body (not a default target)
   router  client -> sglang-router (real, pass-through, round_robin) -> stub
   naive   client -> bench/naive_guard.py (FastAPI + transformers) -> stub
 and drives each with wrk over chat bodies of about 1k, 32k and 600k tokens
@@ -67,6 +69,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LIMIT = 681_280
+# The path `guard-hop` forwards uninspected.
+HOP_PATH = "/hop"
 MODEL = "qwen2.5"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -351,6 +355,9 @@ class Target:
     port: int
     proc: subprocess.Popen
     admin: int | None = None
+    # The path every request of this target goes to: the chat route, but for
+    # `guard-hop`, which forwards its own allowlisted path uninspected.
+    path: str = "/v1/chat/completions"
 
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -362,8 +369,9 @@ class Target:
 # ---------------------------------------------------------------------------
 # Load
 
-def wrk(url: str, body: Path, conns: int, seconds: float, statuses: bool = False) -> dict:
-    env = {**os.environ, "BENCH_BODY": str(body)}
+def wrk(url: str, body: Path, conns: int, seconds: float, statuses: bool = False,
+        path: str = "/v1/chat/completions") -> dict:
+    env = {**os.environ, "BENCH_BODY": str(body), "BENCH_PATH": path}
     if statuses:
         env["BENCH_STATUSES"] = "1"
     argv = [
@@ -386,7 +394,7 @@ def measure(t: Target, body: Path, conns: int, seconds: float) -> dict:
     pids = t.pids()
     peak_reset = reset_peak(pids)
     cpu0 = cpu_seconds(pids)
-    res = wrk(t.url(), body, conns, seconds)
+    res = wrk(t.url(), body, conns, seconds, path=t.path)
     cpu1 = cpu_seconds(pids)
     res["cpu_s"] = cpu1 - cpu0
     res["peak_rss_kib"] = status_kib(pids, "VmHWM")
@@ -410,7 +418,7 @@ def serial(t: Target, body: Path, n: int) -> dict:
     started = time.perf_counter()
     for _ in range(n):
         t0 = time.perf_counter()
-        conn.request("POST", "/v1/chat/completions", body=payload, headers={"Content-Type": "application/json"})
+        conn.request("POST", t.path, body=payload, headers={"Content-Type": "application/json"})
         r = conn.getresponse()
         r.read()
         lat.append(time.perf_counter() - t0)
@@ -717,6 +725,20 @@ def main() -> None:
             *os.environ.get("BENCH_GUARD_ARGS", "").split(),
         ], logs)
         targets.append(Target("guard", "prefill-guard", port, p, admin=admin))
+    if "guard-hop" in chosen:
+        # The same guard on a path it forwards uninspected (`--allow-route`):
+        # its hop alone (hyper on both sides, the kernel's copies, metrics and
+        # the decision line), the floor under `guard`. The two side by side
+        # split the guard's cost into the hop, which Envoy and nginx also pay,
+        # and inspection, which they do not do.
+        port, admin = free_port(), free_port()
+        p = start("guard-hop", [
+            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
+            "--allow-route", HOP_PATH, *os.environ.get("BENCH_GUARD_ARGS", "").split(),
+        ], logs)
+        targets.append(Target("guard-hop", "prefill-guard, uninspected path", port, p, admin=admin,
+                              path=HOP_PATH))
     if "guard-release" in chosen:
         # The same guard told the server's release: one family's count. The
         # plain `guard` states none, so it counts every family's prompt (the
@@ -744,7 +766,7 @@ def main() -> None:
         ], logs, env={"TOKENIZERS_PARALLELISM": "false"})
         targets.append(Target("naive", "naive Python guard", port, p))
     for t in targets[1:]:
-        wait_ready(t.name, t.proc, t.url() + "/v1/chat/completions", small, logs)
+        wait_ready(t.name, t.proc, t.url() + t.path, small, logs)
     # Loading a tokenizer peaks well above the resting RSS (the guard: ~146 MiB
     # for a second, then ~55 MiB once the allocator has returned the parse's
     # memory, some of it only when an idle thread exits). A peak reset taken
@@ -765,7 +787,7 @@ def main() -> None:
         for t in targets:
             # Warm-up: connections, allocator, the tokenizer's caches.
             for _ in range(1 if w.long else 20):
-                http("POST", t.url() + "/v1/chat/completions", payload)
+                http("POST", t.url() + t.path, payload)
             before[t.name] = guard_count_stats(t.admin) if t.admin else None
             results["workloads"][w.name][t.name] = {}
         # Closed-loop phases run `rounds` times, the targets in turn within a
@@ -794,7 +816,8 @@ def main() -> None:
                 results["workloads"][w.name][t.name]["guard_count_mean_s"] = (
                     (after[0] - before[t.name][0]) / n if n else None)
         if w.paced_rate:
-            eligible = [t for t in targets if t.name != "naive"]
+            # bench_paced sends every target one path: the chat route.
+            eligible = [t for t in targets if t.name != "naive" and t.path == "/v1/chat/completions"]
             res = paced(Path(args.paced), eligible, body, w.paced_rate, paced_seconds)
             for t in eligible:
                 stats = res["targets"][t.name]
@@ -1116,7 +1139,27 @@ def issue31_targets(results: dict) -> list[str]:
             v.row(f"{name} chat: added p99 < 1 ms at the paced load", f"{add:.2f} ms{context}",
                   add < 1 and all_2xx)
     agent_resend_row(v, results)
-    return v.done()
+    return v.done() + hop_split(W)
+
+
+def hop_split(W: dict) -> list[str]:
+    """What the guard spends beside the proxies it is held to, split into
+    its hop (`guard-hop`, the same binary forwarding uninspected) and
+    inspection (the rest): the hop is what Envoy and nginx also do."""
+    lines = []
+    for name, peer in (("32k", "envoy"), ("1k", "nginx")):
+        wl = W.get(name, {})
+        g, h, p = wl.get("guard"), wl.get("guard-hop"), wl.get(peer)
+        if not (g and h and p):
+            continue
+        hop, _ = ratio(h, p, rps)
+        whole, _ = ratio(g, p, rps)
+        cg, ch, cp = cpu_per_request(g), cpu_per_request(h), cpu_per_request(p)
+        cpu = (f"; CPU a request: {peer} {cp * 1e6:.0f} µs, the hop {ch * 1e6:.0f} µs, inspected "
+               f"{cg * 1e6:.0f} µs (inspection {(cg - ch) * 1e6:.0f} µs)" if cg and ch and cp else "")
+        lines.append(f"- {name} chat, the guard's hop alone (`guard-hop`): {hop:.2f}× {peer}'s throughput, "
+                     f"inspected {whole:.2f}×{cpu}.")
+    return lines + [""] if lines else []
 
 
 def render(results, targets, workloads, meta, quick, seconds, long_requests, flood_seconds) -> str:
