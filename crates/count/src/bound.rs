@@ -92,25 +92,81 @@ impl BoundRule {
     /// An upper bound on the model and added tokens of `text` (the
     /// post-processor's are not included), or `None` without a rule.
     pub fn bound(&self, text: &str) -> Option<usize> {
-        let BoundRule::Bytes {
-            nfc,
-            space_growth,
-            once,
-        } = *self
-        else {
-            return None;
-        };
-        let bytes = text.len();
-        let mut base = bytes;
-        if nfc {
-            let non_ascii = count_bytes(text.as_bytes(), |b| b >= 0x80);
-            base = base.saturating_add(non_ascii.saturating_mul(2));
+        let mut tally = self.tally()?;
+        tally.add(text.as_bytes());
+        Some(tally.bound())
+    }
+
+    /// An empty [`BoundTally`] under this rule, or `None` without one.
+    pub fn tally(&self) -> Option<BoundTally> {
+        match *self {
+            BoundRule::None(_) => None,
+            BoundRule::Bytes {
+                nfc,
+                space_growth,
+                once,
+            } => Some(BoundTally {
+                nfc,
+                space_growth,
+                once,
+                bytes: 0,
+                non_ascii: 0,
+                spaces: 0,
+            }),
         }
-        if space_growth > 0 {
-            let spaces = count_bytes(text.as_bytes(), |b| b == b' ');
-            base = base.saturating_add(spaces.saturating_mul(space_growth));
+    }
+}
+
+/// What the bound counts of a text, added up as the text is written: a
+/// chat template renders into it (it is an `io::Write`), so that the bound
+/// pass counts the prompt's bytes as they go by instead of building the
+/// prompt, growing its buffer by doubling and reading it again. The one
+/// place the bound is computed: [`BoundRule::bound`] is the tally of one text.
+#[derive(Debug, Clone)]
+pub struct BoundTally {
+    nfc: bool,
+    space_growth: usize,
+    once: usize,
+    bytes: usize,
+    non_ascii: usize,
+    spaces: usize,
+}
+
+impl BoundTally {
+    pub fn add(&mut self, text: &[u8]) {
+        self.bytes = self.bytes.saturating_add(text.len());
+        if self.nfc {
+            self.non_ascii = self
+                .non_ascii
+                .saturating_add(count_bytes(text, |b| b >= 0x80));
         }
-        Some(base.saturating_add(once))
+        if self.space_growth > 0 {
+            self.spaces = self.spaces.saturating_add(count_bytes(text, |b| b == b' '));
+        }
+    }
+
+    /// The bound of everything added so far: its bytes, non-ASCII bytes
+    /// three times under NFC, each space grown, and the once-prepended bytes.
+    pub fn bound(&self) -> usize {
+        let mut base = self.bytes;
+        if self.nfc {
+            base = base.saturating_add(self.non_ascii.saturating_mul(2));
+        }
+        if self.space_growth > 0 {
+            base = base.saturating_add(self.spaces.saturating_mul(self.space_growth));
+        }
+        base.saturating_add(self.once)
+    }
+}
+
+impl std::io::Write for BoundTally {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.add(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -1180,29 +1180,32 @@ impl Build {
         clock: Clock,
         ctx: &Ctx,
     ) -> Result<usize, CountError> {
-        let mut n = match self.encoder.prompt(self, inputs, clock)? {
-            Prompt::Text {
-                text,
-                add_special_tokens,
-            } => self.measure(ctx, &text, add_special_tokens)?,
-            Prompt::Pieces { prompt, plain } => return self.count_pieces(ctx, &prompt, &plain),
-            Prompt::Alternatives(prompts) => {
-                // `tokenizer.encode(text)` (its BOS after the encoder's), then
-                // the `continue_final_message` prefix without a leading BOS;
-                // the longest.
-                let mut n = 0;
-                for (text, prefix) in prompts {
-                    let mut m = self.measure(ctx, &text, true)?;
-                    if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
-                        m = m.saturating_add(self.measure_prefix(ctx, &prefix)?);
+        let mut n = match self.jinja_bound(inputs, clock, ctx)? {
+            Some(bound) => bound,
+            None => match self.encoder.prompt(self, inputs, clock)? {
+                Prompt::Text {
+                    text,
+                    add_special_tokens,
+                } => self.measure(ctx, &text, add_special_tokens)?,
+                Prompt::Pieces { prompt, plain } => return self.count_pieces(ctx, &prompt, &plain),
+                Prompt::Alternatives(prompts) => {
+                    // `tokenizer.encode(text)` (its BOS after the encoder's), then
+                    // the `continue_final_message` prefix without a leading BOS;
+                    // the longest.
+                    let mut n = 0;
+                    for (text, prefix) in prompts {
+                        let mut m = self.measure(ctx, &text, true)?;
+                        if let Some(prefix) = prefix.filter(|p| !p.is_empty()) {
+                            m = m.saturating_add(self.measure_prefix(ctx, &prefix)?);
+                        }
+                        n = n.max(m);
+                        if ctx.stopped.get() {
+                            break;
+                        }
                     }
-                    n = n.max(m);
-                    if ctx.stopped.get() {
-                        break;
-                    }
+                    return Ok(n);
                 }
-                return Ok(n);
-            }
+            },
         };
         // The multimodal opt-in: each admitted media part adds its configured bound.
         n = n.saturating_add(inputs.media_tokens);
@@ -1282,6 +1285,67 @@ impl Build {
     /// tools=tools, return_dict=False, **kwargs)`; on any failure SGLang retries
     /// once with each tool flattened to its `function`, and reports the retry's error.
     fn render(&self, inputs: &ChatInputs, clock: Clock) -> Result<String, CountError> {
+        self.render_with(inputs, clock, ChatTemplate::render)
+    }
+
+    /// The Jinja prompt's upper bound, counted as the template writes it
+    /// (`BoundTally`): the bound pass of a plain Jinja model never builds
+    /// the prompt, copies the messages into it or reads it again. `None`
+    /// where the prompt goes through the text path: an encoder of another
+    /// kind, no tokenizer or no bound (which that path reports).
+    fn jinja_bound(
+        &self,
+        inputs: &ChatInputs,
+        clock: Clock,
+        ctx: &Ctx,
+    ) -> Result<Option<usize>, CountError> {
+        if !ctx.bound || self.server.skip_tokenizer_init {
+            return Ok(None);
+        }
+        // Exhaustive: an encoder added later decides here whether its
+        // prompt is the template's text as written.
+        match &self.encoder {
+            Encoder::Jinja(_) => {}
+            Encoder::Glm53(_)
+            | Encoder::Dsv32(_)
+            | Encoder::Dsv4(_)
+            | Encoder::DeepseekRelease(_) => return Ok(None),
+        }
+        let Ok(tokenizer) = self.tokenizer() else {
+            return Ok(None);
+        };
+        let Some(empty) = tokenizer.bound_tally() else {
+            return Ok(None);
+        };
+        // A fresh tally per attempt: a render that fails and is retried
+        // with flattened tools leaves what it wrote in its own.
+        let tally = self.render_with(inputs, clock, |template, context| {
+            let mut tally = empty.clone();
+            template.render_to(context, &mut tally).map(|()| tally)
+        })?;
+        ctx.used_bound.set(true);
+        Ok(Some(tokenizer.upper_bound_of(
+            &tally,
+            self.template_add_special_tokens(),
+        )))
+    }
+
+    /// `encode_kwargs` of a template's text: `{"add_special_tokens": False}`
+    /// when `encode("")` is non-empty, else the default (`True`, which then
+    /// adds nothing).
+    fn template_add_special_tokens(&self) -> bool {
+        self.tokenizer().map_or(true, |t| !t.auto_adds_specials())
+    }
+
+    /// `_apply_jinja_template`'s rendering: the template SGLang settled on,
+    /// with the request's kwargs, retried once with flattened tools; `render`
+    /// is the template's text or its measure.
+    fn render_with<T>(
+        &self,
+        inputs: &ChatInputs,
+        clock: Clock,
+        render: impl Fn(&ChatTemplate, &RenderContext<'_>) -> Result<T, template::TemplateError>,
+    ) -> Result<T, CountError> {
         let args = inputs.jinja_arguments_as(self.rules.effort_variable)?;
         let template = self.jinja_template(args.template_override.as_deref())?;
         let now = clock.now();
@@ -1294,16 +1358,14 @@ impl Build {
             extra: &args.extra,
             now,
         };
-        if let Ok(text) = template.render(&first) {
-            return Ok(text);
+        if let Ok(rendered) = render(template, &first) {
+            return Ok(rendered);
         }
         let retry = RenderContext {
             tools: inputs.retry_tools.as_ref(),
             ..first
         };
-        template
-            .render(&retry)
-            .map_err(|e| CountError::Template(e.to_string()))
+        render(template, &retry).map_err(|e| CountError::Template(e.to_string()))
     }
 }
 
@@ -1313,13 +1375,10 @@ impl encoder::Host for Build {
         Ok(self.template_text(self.render(inputs, clock)?))
     }
 
-    /// `encode_kwargs`: `{"add_special_tokens": False}` when `encode("")` is
-    /// non-empty, else the default (`True`, which then adds nothing).
     fn template_text(&self, text: String) -> Prompt {
-        let add_special_tokens = self.tokenizer().map_or(true, |t| !t.auto_adds_specials());
         Prompt::Text {
             text,
-            add_special_tokens,
+            add_special_tokens: self.template_add_special_tokens(),
         }
     }
 
@@ -1474,6 +1533,69 @@ mod media_tests {
             })
             .unwrap(),
             usize::MAX
+        );
+    }
+}
+
+#[cfg(test)]
+mod jinja_bound_tests {
+    use super::*;
+
+    /// The bound pass measures a Jinja prompt as the template writes it;
+    /// that must be the bound of the prompt the text path renders, on every
+    /// fixture, every golden chat request and every release's build of it.
+    #[test]
+    fn the_written_bound_is_the_rendered_texts() {
+        let Some(shared) = shared_dir() else { return };
+        let cases: Vec<Arc<Value>> = std::fs::read_dir(shared.join("goldens/cases"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter_map(|p| {
+                let case: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+                (case["endpoint"] == "chat").then(|| Arc::new(case["request"].clone()))
+            })
+            .collect();
+        assert!(cases.len() > 20, "{} chat cases", cases.len());
+        let (mut compared, mut bounded) = (0, 0);
+        for fixture in std::fs::read_dir(shared.join("tokenizers")).unwrap() {
+            let dir = fixture.unwrap().path();
+            if !dir.is_dir() {
+                continue;
+            }
+            let counter = ModelCounter::load(&dir).unwrap();
+            for build in &counter.builds {
+                for body in &cases {
+                    let Ok(inputs) = build.prepare_chat(body, &Consulted::new(build.rules)) else {
+                        continue;
+                    };
+                    let ctx = Ctx::bound();
+                    let written = build.jinja_bound(&inputs, Clock::default(), &ctx);
+                    let Ok(Some(written)) = written else {
+                        // Not the Jinja path or no bound: the text path decides.
+                        assert!(
+                            written.is_ok() || build.render(&inputs, Clock::default()).is_err()
+                        );
+                        continue;
+                    };
+                    let text = build.render(&inputs, Clock::default()).unwrap();
+                    let rendered = build
+                        .tokenizer()
+                        .unwrap()
+                        .upper_bound(&text, build.template_add_special_tokens())
+                        .unwrap();
+                    assert_eq!(written, rendered, "{}: {body}", dir.display());
+                    assert!(ctx.used_bound.get());
+                    compared += 1;
+                }
+                bounded += usize::from(build.tokenizer().is_ok_and(|t| t.bound_rule().has_bound()));
+            }
+        }
+        eprintln!("{bounded} builds with a bound, {compared} prompts compared");
+        // Most fixtures have a bound (bound.rs); each compared every case.
+        assert!(
+            bounded >= 5 && compared > 100,
+            "{bounded} builds, {compared} prompts"
         );
     }
 }

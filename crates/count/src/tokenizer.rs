@@ -51,7 +51,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{json, Map, Value};
 use tokenizers::{AddedToken, Tokenizer};
 
-use super::bound::BoundRule;
+use super::bound::{BoundRule, BoundTally};
 use super::cache::CacheScope;
 use super::fast::{CacheKey, Chunking, Pipeline, Tally};
 
@@ -954,7 +954,22 @@ impl TextTokenizer {
     pub fn upper_bound(&self, text: &str, add_special_tokens: bool) -> Option<usize> {
         self.bound
             .bound(text)
-            .map(|b| b.saturating_add(self.pipeline.additions(add_special_tokens)))
+            .map(|b| self.upper_bound_of_tally(b, add_special_tokens))
+    }
+
+    /// An empty tally to write a text into for [`Self::upper_bound_of`], or
+    /// `None` when the tokenizer has no bound.
+    pub fn bound_tally(&self) -> Option<BoundTally> {
+        self.bound.tally()
+    }
+
+    /// [`Self::upper_bound`] of the text written into `tally`.
+    pub fn upper_bound_of(&self, tally: &BoundTally, add_special_tokens: bool) -> usize {
+        self.upper_bound_of_tally(tally.bound(), add_special_tokens)
+    }
+
+    fn upper_bound_of_tally(&self, bound: usize, add_special_tokens: bool) -> usize {
+        bound.saturating_add(self.pipeline.additions(add_special_tokens))
     }
 
     /// Whether long texts are cut between words for parallel counting

@@ -191,6 +191,33 @@ impl ChatTemplate {
     }
 
     pub fn render(&self, ctx: &RenderContext<'_>) -> Result<String, TemplateError> {
+        let (tmpl, context) = self.prepare(ctx)?;
+        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
+        let rv = tmpl.render(context);
+        NOW.with(|n| n.set(previous));
+        rv.map_err(map_error)
+    }
+
+    /// Renders into `out`, byte for byte what [`Self::render`] returns, for
+    /// a caller that measures the prompt without keeping it (the bound
+    /// pass). Output that `out` took before an error stays written.
+    pub fn render_to(
+        &self,
+        ctx: &RenderContext<'_>,
+        out: &mut impl std::io::Write,
+    ) -> Result<(), TemplateError> {
+        let (tmpl, context) = self.prepare(ctx)?;
+        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
+        let rv = tmpl.render_captured_to(context, out).map(drop);
+        NOW.with(|n| n.set(previous));
+        rv.map_err(map_error)
+    }
+
+    /// The compiled template and the context it renders with.
+    fn prepare(
+        &self,
+        ctx: &RenderContext<'_>,
+    ) -> Result<(minijinja::Template<'_, '_>, minijinja::Value), TemplateError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -235,12 +262,7 @@ impl ChatTemplate {
             }
         }
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.
-        let context = minijinja::Value::from_pairs(vars);
-
-        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
-        let rv = tmpl.render(context);
-        NOW.with(|n| n.set(previous));
-        rv.map_err(map_error)
+        Ok((tmpl, minijinja::Value::from_pairs(vars)))
     }
 }
 
