@@ -14,7 +14,7 @@
 //! as serde_json writes it), and are only copied from the first difference
 //! on: a compact body is forwarded without a copy.
 
-use memchr::memchr2;
+use memchr::{memchr2, memchr_iter};
 use serde::de::DeserializeSeed;
 use serde_json::{Map, Value};
 
@@ -22,6 +22,11 @@ use prefill_guard_count::py::{Duplicates, PlainValue};
 
 /// serde_json's nesting limit: its reader refuses the 128th open bracket.
 const DEPTH: usize = 128;
+
+/// Backslashes of one string kept for decoding it (8 KiB): a long message
+/// has one every few hundred bytes (`\n`); a string with more is searched
+/// again rather than costing the reader memory in proportion to the body.
+const KEPT_ESCAPES: usize = 1024;
 
 /// The body is not read as serde_json reads it; the reference says why.
 pub(super) struct Fail;
@@ -72,7 +77,8 @@ struct Reader<'a> {
     out: Canonical<'a>,
     /// Reused to spell numbers.
     number: Vec<u8>,
-    /// Reused: where the string being read has its backslashes.
+    /// Reused: where the string being read has its backslashes, the first
+    /// `KEPT_ESCAPES` of them.
     escapes: Vec<usize>,
 }
 
@@ -249,7 +255,9 @@ impl Reader<'_> {
             if self.src[found] == b'"' {
                 break found;
             }
-            self.escapes.push(found - start);
+            if self.escapes.len() < KEPT_ESCAPES {
+                self.escapes.push(found - start);
+            }
             at = found + 2;
         };
         let raw = &self.src[start..close];
@@ -262,7 +270,12 @@ impl Reader<'_> {
             self.out.keep(open, self.pos);
             return Ok(text.to_owned());
         }
-        let (decoded, canonical) = unescape(text, &self.escapes)?;
+        let (decoded, canonical) = if self.escapes.len() < KEPT_ESCAPES {
+            unescape(text, self.escapes.iter().copied())?
+        } else {
+            // Too many to keep: searched for again.
+            unescape(text, memchr_iter(b'\\', text.as_bytes()))?
+        };
         if canonical {
             self.out.keep(open, self.pos);
         } else if self.out.on {
@@ -319,15 +332,15 @@ fn has_control(raw: &[u8]) -> bool {
 /// least one backslash). Also says whether every escape is spelled as
 /// serde_json writes it, so that the raw bytes are the canonical ones.
 ///
-/// `escapes` are where the closing quote's search stopped at a backslash,
-/// in order: every backslash that starts an escape, and the second half's
-/// of a surrogate pair, which the first half's escape covers (skipped).
-fn unescape(raw: &str, escapes: &[usize]) -> Read<(String, bool)> {
+/// `backslashes` are where `raw` has backslashes, in order: at least every
+/// one that starts an escape. Any other, inside an escape already decoded
+/// (the second of `\\`, a surrogate pair's second half), is skipped.
+fn unescape(raw: &str, backslashes: impl Iterator<Item = usize>) -> Read<(String, bool)> {
     let bytes = raw.as_bytes();
     let mut out = String::with_capacity(raw.len());
     let mut canonical = true;
     let mut run = 0;
-    for &at in escapes {
+    for at in backslashes {
         if at < run {
             continue;
         }
@@ -451,7 +464,53 @@ impl Canonical<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::has_control;
+    use super::{has_control, read, Spelled, KEPT_ESCAPES};
+
+    /// A string with fewer escapes than are kept, exactly as many, and more
+    /// (searched again) reads as serde_json reads it, every kind of escape
+    /// mixed in; its canonical bytes are serde_json's.
+    #[test]
+    fn escapes_kept_or_searched_again_decode_alike() {
+        let kinds = [
+            r"\n",
+            r"\\",
+            r#"\""#,
+            r"\/",
+            r"\u00e9",
+            r"\ud83d\ude00",
+            r"\t",
+        ];
+        for n in [
+            1,
+            KEPT_ESCAPES - 1,
+            KEPT_ESCAPES,
+            KEPT_ESCAPES + 1,
+            3 * KEPT_ESCAPES,
+        ] {
+            let mut raw = String::from(r#"{"content":""#);
+            // `n` backslashes the quote's search stops at (a pair is two).
+            let mut stops = 0;
+            let mut i = 0;
+            while stops < n {
+                let kind = kinds[i % kinds.len()];
+                raw.push_str(kind);
+                raw.push_str("ab");
+                stops += kind.matches('\\').count() - kind.matches(r"\\").count();
+                i += 1;
+            }
+            raw.push_str(r#""}"#);
+            let expected: serde_json::Value = serde_json::from_str(&raw).unwrap();
+            let Ok((value, Some(spelled))) = read(raw.as_bytes(), true) else {
+                panic!("{n} escapes: refused");
+            };
+            assert_eq!(value, expected, "{n} escapes");
+            let bytes = match spelled {
+                Spelled::Prefix(len) => raw.as_bytes()[..len].to_vec(),
+                Spelled::Written(bytes) => bytes,
+            };
+            assert_eq!(bytes, serde_json::to_vec(&expected).unwrap(), "{n} escapes");
+        }
+    }
 
     /// A control character is found wherever it is: in a lane, in the tail
     /// past the last whole chunk, at either end.
