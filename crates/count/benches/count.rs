@@ -4,7 +4,9 @@
 //! the floor any exact counter has to beat or match: the guard's exact,
 //! parallel and early-exit counts, its no-tokenize upper bound, and a whole
 //! chat request (template and count) through `ModelCounter`; and the chat
-//! template's rendering alone at about 1k, 32k and 600k tokens.
+//! template's rendering alone at about 1k, 32k and 600k tokens, and the
+//! bound decision that admits an everyday chat (preprocessing, template and
+//! bound) at the same sizes.
 //!
 //! `cargo bench --bench count` measures; `cargo test --all-targets` runs each
 //! benchmark once on a short text and one fixture, so it stays quick.
@@ -371,6 +373,16 @@ fn rendering(c: &mut Criterion) {
             group.throughput(Throughput::Bytes(*n as u64));
             group.bench_with_input(BenchmarkId::new("render_chat", n), body, |b, body| {
                 b.iter(|| counter.render_chat(body, Clock::default()).unwrap())
+            });
+            // What the guard does with every chat it admits untokenized:
+            // the bound decision, under the benchmarks' 681,280-token limit.
+            let unit = Unit::Chat(Arc::new(body.clone()));
+            group.bench_with_input(BenchmarkId::new("decide_by_bound", n), &unit, |b, unit| {
+                b.iter(|| {
+                    counter
+                        .decide_by_bound(unit, Clock::default(), 681_280)
+                        .unwrap()
+                })
             });
         }
         group.finish();
