@@ -717,39 +717,30 @@ def main() -> None:
         p = start("nginx", [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(nginx_dir / "nginx.conf"),
                             "-e", "stderr"], logs)
         targets.append(Target("nginx", f"nginx {nginx_version()} pass-through", port, p))
-    if "guard" in chosen:
+    def guard(name: str, label: str, extra: list[str], path: str = "/v1/chat/completions") -> None:
+        """One `prefill-guard serve` in front of the stub, with `extra` flags."""
         port, admin = free_port(), free_port()
-        p = start("guard", [
+        p = start(name, [
             args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
             "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
-            *os.environ.get("BENCH_GUARD_ARGS", "").split(),
+            *extra, *os.environ.get("BENCH_GUARD_ARGS", "").split(),
         ], logs)
-        targets.append(Target("guard", "prefill-guard", port, p, admin=admin))
+        targets.append(Target(name, label, port, p, admin=admin, path=path))
+
+    if "guard" in chosen:
+        guard("guard", "prefill-guard", [])
     if "guard-hop" in chosen:
         # The same guard on a path it forwards uninspected (`--allow-route`):
         # its hop alone (hyper on both sides, the kernel's copies, metrics and
         # the decision line), the floor under `guard`. The two side by side
         # split the guard's cost into the hop, which Envoy and nginx also pay,
         # and inspection, which they do not do.
-        port, admin = free_port(), free_port()
-        p = start("guard-hop", [
-            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
-            "--allow-route", HOP_PATH, *os.environ.get("BENCH_GUARD_ARGS", "").split(),
-        ], logs)
-        targets.append(Target("guard-hop", "prefill-guard, uninspected path", port, p, admin=admin,
-                              path=HOP_PATH))
+        guard("guard-hop", "prefill-guard, uninspected path", ["--allow-route", HOP_PATH], path=HOP_PATH)
     if "guard-release" in chosen:
         # The same guard told the server's release: one family's count. The
         # plain `guard` states none, so it counts every family's prompt (the
         # largest wins); the two side by side give what that costs.
-        port, admin = free_port(), free_port()
-        p = start("guard-release", [
-            args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-            "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT),
-            "--sglang-version", "0.5.23", *os.environ.get("BENCH_GUARD_ARGS", "").split(),
-        ], logs)
-        targets.append(Target("guard-release", "prefill-guard, release stated (0.5.23)", port, p, admin=admin))
+        guard("guard-release", "prefill-guard, release stated (0.5.23)", ["--sglang-version", "0.5.23"])
     if "router" in chosen:
         port = free_port()
         p = start("router", [

@@ -182,30 +182,13 @@ impl Arrived {
         match self {
             Arrived::Nothing => *self = Arrived::One(data),
             Arrived::One(first) => {
-                let needed = first.len() + data.len();
                 // Grown as bytes arrive: a declared length is only a promise.
-                let start = (declared as usize).min(INITIAL_CAPACITY);
-                let capacity = if needed <= start {
-                    start
-                } else {
-                    grown_capacity(start, needed, declared)
-                };
-                let mut buf = BytesMut::with_capacity(capacity);
-                buf.extend_from_slice(first);
-                buf.extend_from_slice(&data);
+                let mut buf = BytesMut::with_capacity((declared as usize).min(INITIAL_CAPACITY));
+                append(&mut buf, first, declared);
+                append(&mut buf, &data, declared);
                 *self = Arrived::Many(buf);
             }
-            Arrived::Many(buf) => {
-                let needed = buf.len() + data.len();
-                if needed > buf.capacity() {
-                    // A buffer of the size asked for (`reserve` would double).
-                    let mut grown =
-                        BytesMut::with_capacity(grown_capacity(buf.capacity(), needed, declared));
-                    grown.extend_from_slice(buf);
-                    *buf = grown;
-                }
-                buf.extend_from_slice(&data);
-            }
+            Arrived::Many(buf) => append(buf, &data, declared),
         }
     }
 
@@ -216,6 +199,18 @@ impl Arrived {
             Arrived::Many(b) => b.freeze(),
         }
     }
+}
+
+/// `data` added to `buf`, which grows into a buffer of the size asked for
+/// (`reserve` would double).
+fn append(buf: &mut BytesMut, data: &[u8], declared: u64) {
+    let needed = buf.len() + data.len();
+    if needed > buf.capacity() {
+        let mut grown = BytesMut::with_capacity(grown_capacity(buf.capacity(), needed, declared));
+        grown.extend_from_slice(buf);
+        *buf = grown;
+    }
+    buf.extend_from_slice(data);
 }
 
 /// The buffer a body starts with; it grows from there as bytes arrive.

@@ -1326,15 +1326,8 @@ impl Build {
         ctx.used_bound.set(true);
         Ok(Some(tokenizer.upper_bound_of(
             &tally,
-            self.template_add_special_tokens(),
+            template_add_special_tokens(Some(tokenizer)),
         )))
-    }
-
-    /// `encode_kwargs` of a template's text: `{"add_special_tokens": False}`
-    /// when `encode("")` is non-empty, else the default (`True`, which then
-    /// adds nothing).
-    fn template_add_special_tokens(&self) -> bool {
-        self.tokenizer().map_or(true, |t| !t.auto_adds_specials())
     }
 
     /// `_apply_jinja_template`'s rendering: the template SGLang settled on,
@@ -1378,7 +1371,7 @@ impl encoder::Host for Build {
     fn template_text(&self, text: String) -> Prompt {
         Prompt::Text {
             text,
-            add_special_tokens: self.template_add_special_tokens(),
+            add_special_tokens: template_add_special_tokens(self.tokenizer().ok()),
         }
     }
 
@@ -1398,6 +1391,13 @@ impl encoder::Host for Build {
     fn server(&self) -> &ServerConfig {
         &self.server
     }
+}
+
+/// `encode_kwargs` of a template's text: `{"add_special_tokens": False}`
+/// when `encode("")` is non-empty, else the default (`True`, which then adds
+/// nothing, as it does without a tokenizer).
+fn template_add_special_tokens(tokenizer: Option<&TextTokenizer>) -> bool {
+    tokenizer.is_none_or(|t| !t.auto_adds_specials())
 }
 
 /// `str(prompt)` of a validated list prompt: strings by `repr`, token ids
@@ -1582,7 +1582,7 @@ mod jinja_bound_tests {
                     let rendered = build
                         .tokenizer()
                         .unwrap()
-                        .upper_bound(&text, build.template_add_special_tokens())
+                        .upper_bound(&text, template_add_special_tokens(build.tokenizer().ok()))
                         .unwrap();
                     assert_eq!(written, rendered, "{}: {body}", dir.display());
                     assert!(ctx.used_bound.get());

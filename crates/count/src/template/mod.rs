@@ -192,10 +192,7 @@ impl ChatTemplate {
 
     pub fn render(&self, ctx: &RenderContext<'_>) -> Result<String, TemplateError> {
         let (tmpl, context) = self.prepare(ctx)?;
-        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
-        let rv = tmpl.render(context);
-        NOW.with(|n| n.set(previous));
-        rv.map_err(map_error)
+        at(ctx.now, || tmpl.render(context)).map_err(map_error)
     }
 
     /// Renders into `out`, byte for byte what [`Self::render`] returns, for
@@ -207,10 +204,7 @@ impl ChatTemplate {
         out: &mut impl std::io::Write,
     ) -> Result<(), TemplateError> {
         let (tmpl, context) = self.prepare(ctx)?;
-        let previous = NOW.with(|n| n.replace(Some(ctx.now)));
-        let rv = tmpl.render_captured_to(context, out).map(drop);
-        NOW.with(|n| n.set(previous));
-        rv.map_err(map_error)
+        at(ctx.now, || tmpl.render_captured_to(context, out).map(drop)).map_err(map_error)
     }
 
     /// The compiled template and the context it renders with.
@@ -264,6 +258,15 @@ impl ChatTemplate {
         // Later entries replace earlier ones, as `{**special_tokens, **kwargs}` does.
         Ok((tmpl, minijinja::Value::from_pairs(vars)))
     }
+}
+
+/// `render` with `strftime_now` reading `now`; what it read before is
+/// restored after.
+fn at<T>(now: chrono::NaiveDateTime, render: impl FnOnce() -> T) -> T {
+    let previous = NOW.with(|n| n.replace(Some(now)));
+    let rendered = render();
+    NOW.with(|n| n.set(previous));
+    rendered
 }
 
 /// SGLang's `detect_jinja_template_content_format`.
