@@ -66,11 +66,24 @@ fn bodies() -> Vec<(&'static str, Bytes)> {
     let floats: Vec<String> = (0..200_000u32)
         .map(|i| format!("{}", f64::from(i % 2000) / 997.0 - 1.0))
         .collect();
+    // Many short strings, as a chat of many small text parts sends them:
+    // each string's own steps (its scan, control check and copy) dominate.
+    let parts: Vec<serde_json::Value> = (0..20_000u32)
+        .map(|i| serde_json::json!({"type": "text", "text": format!("word {i}")}))
+        .collect();
+    let short = serde_json::json!({
+        "model": "qwen2.5",
+        "messages": [{"role": "user", "content": parts}],
+    });
     vec![
         ("chat 32k, spaced", Bytes::from(spaced)),
         (
             "chat 32k, compact",
             Bytes::from(serde_json::to_vec(&chat).unwrap()),
+        ),
+        (
+            "chat, 20k short parts",
+            Bytes::from(serde_json::to_vec(&short).unwrap()),
         ),
         (
             "600k ids",
