@@ -183,8 +183,17 @@ impl Arrived {
             Arrived::Nothing => *self = Arrived::One(data),
             Arrived::One(first) => {
                 // Grown as bytes arrive: a declared length is only a promise.
-                let mut buf = BytesMut::with_capacity((declared as usize).min(INITIAL_CAPACITY));
-                append(&mut buf, first, declared);
+                // Sized for both frames at once, so that a large first frame
+                // is copied once (hyper hands over up to its read buffer).
+                let start = (declared as usize).min(INITIAL_CAPACITY);
+                let needed = first.len() + data.len();
+                let capacity = if needed <= start {
+                    start
+                } else {
+                    grown_capacity(start, needed, declared)
+                };
+                let mut buf = BytesMut::with_capacity(capacity);
+                buf.extend_from_slice(first);
                 append(&mut buf, &data, declared);
                 *self = Arrived::Many(buf);
             }
@@ -317,6 +326,33 @@ mod tests {
         .unwrap();
         assert_eq!(read, body);
         assert_ne!(read.as_ptr(), body.as_ptr());
+    }
+
+    /// A large first frame and a second one: one buffer of the size the two
+    /// ask for, not a start-sized one grown for the first and again for the
+    /// second (which copied the first frame twice).
+    #[test]
+    fn a_second_frame_joins_the_first_in_one_buffer() {
+        let k = 1024;
+        let first = Bytes::from(vec![b'a'; 300 * k]);
+        let second = Bytes::from(vec![b'b'; 10 * k]);
+        let mut arrived = Arrived::Nothing;
+        arrived.push(first.clone(), 1 << 20);
+        arrived.push(second.clone(), 1 << 20);
+        let Arrived::Many(buf) = &arrived else {
+            panic!("two frames are joined");
+        };
+        assert_eq!(buf.capacity(), 310 * k);
+        assert_eq!(arrived.into_bytes(), [first, second].concat());
+        // Small frames start at the initial capacity, as before.
+        let mut arrived = Arrived::Nothing;
+        arrived.push(Bytes::from_static(b"{\"a\""), 1 << 20);
+        arrived.push(Bytes::from_static(b":1}"), 1 << 20);
+        let Arrived::Many(buf) = &arrived else {
+            panic!("two frames are joined");
+        };
+        assert_eq!(buf.capacity(), INITIAL_CAPACITY);
+        assert_eq!(&arrived.into_bytes()[..], b"{\"a\":1}");
     }
 
     fn chunks(parts: &[&'static [u8]]) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
