@@ -69,7 +69,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LIMIT = 681_280
-# The path `guard-hop` forwards uninspected.
+# The chat route every target is driven on, and the path `guard-hop`
+# forwards uninspected instead.
+CHAT_PATH = "/v1/chat/completions"
 HOP_PATH = "/hop"
 MODEL = "qwen2.5"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -357,7 +359,7 @@ class Target:
     admin: int | None = None
     # The path every request of this target goes to: the chat route, but for
     # `guard-hop`, which forwards its own allowlisted path uninspected.
-    path: str = "/v1/chat/completions"
+    path: str = CHAT_PATH
 
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -370,7 +372,7 @@ class Target:
 # Load
 
 def wrk(url: str, body: Path, conns: int, seconds: float, statuses: bool = False,
-        path: str = "/v1/chat/completions") -> dict:
+        path: str = CHAT_PATH) -> dict:
     env = {**os.environ, "BENCH_BODY": str(body), "BENCH_PATH": path}
     if statuses:
         env["BENCH_STATUSES"] = "1"
@@ -530,7 +532,7 @@ def flood(t: Target, body: Path, seconds: float, conns: int = 64) -> dict:
             t0 = time.perf_counter()
             try:
                 try:
-                    conn.request("POST", "/v1/chat/completions", body=payload,
+                    conn.request("POST", CHAT_PATH, body=payload,
                                  headers={"Content-Type": "application/json"})
                 except OSError:
                     # Answered (and closed) before the whole body was sent: a
@@ -692,7 +694,7 @@ def main() -> None:
     stub_port = free_port()
     stub = start("stub", [args.stub, f"127.0.0.1:{stub_port}", "2"], logs)
     stub_url = f"http://127.0.0.1:{stub_port}"
-    wait_ready("stub", stub, stub_url + "/v1/chat/completions", small, logs)
+    wait_ready("stub", stub, stub_url + CHAT_PATH, small, logs)
     targets = [Target("direct", "client → stub", stub_port, stub)]
     targets_started = time.time()
 
@@ -717,7 +719,7 @@ def main() -> None:
         p = start("nginx", [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(nginx_dir / "nginx.conf"),
                             "-e", "stderr"], logs)
         targets.append(Target("nginx", f"nginx {nginx_version()} pass-through", port, p))
-    def guard(name: str, label: str, extra: list[str], path: str = "/v1/chat/completions") -> None:
+    def guard(name: str, label: str, extra: list[str], path: str = CHAT_PATH) -> None:
         """One `prefill-guard serve` in front of the stub, with `extra` flags."""
         port, admin = free_port(), free_port()
         p = start(name, [
@@ -808,7 +810,7 @@ def main() -> None:
                     (after[0] - before[t.name][0]) / n if n else None)
         if w.paced_rate:
             # bench_paced sends every target one path: the chat route.
-            eligible = [t for t in targets if t.name != "naive" and t.path == "/v1/chat/completions"]
+            eligible = [t for t in targets if t.name != "naive" and t.path == CHAT_PATH]
             res = paced(Path(args.paced), eligible, body, w.paced_rate, paced_seconds)
             for t in eligible:
                 stats = res["targets"][t.name]
@@ -907,7 +909,7 @@ def agent_run(args, tokenizer_arg: str, tokenizer_json: Path, stub_url: str, out
             args.guard, "serve", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
             "--upstream", stub_url, "--tokenizer", tokenizer_arg, "--max-req-input-len", str(LIMIT), *extra,
         ], logs)
-        wait_ready(name, proc, f"http://127.0.0.1:{port}/v1/chat/completions", chat_body("hello"), logs)
+        wait_ready(name, proc, f"http://127.0.0.1:{port}{CHAT_PATH}", chat_body("hello"), logs)
         pids = tree(proc.pid)
         rows = []
         conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -915,7 +917,7 @@ def agent_run(args, tokenizer_arg: str, tokenizer_json: Path, stub_url: str, out
             body = agent_body(msgs)
             before, cpu0 = guard_scrape(admin), cpu_seconds(pids)
             t0 = time.perf_counter()
-            conn.request("POST", "/v1/chat/completions", body=body, headers={
+            conn.request("POST", CHAT_PATH, body=body, headers={
                 "Content-Type": "application/json", "Authorization": f"Bearer {tenant}"})
             r = conn.getresponse()
             r.read()
