@@ -14,7 +14,9 @@
 #   ROUNDS         default 3
 # Environment: AB_PATH (request path, default /v1/chat/completions),
 # AB_GUARD_ARGS (extra `serve` flags, e.g. `--allow-route /raw` with
-# AB_PATH=/raw for the hop without inspection), AB_SECONDS (default 8).
+# AB_PATH=/raw for the hop without inspection), AB_SECONDS (default 8),
+# AB_MODEL (a fixture under ../shared/tokenizers, default qwen2.5; the
+# body's `model` must name it).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 before="$1" after="$2"
@@ -36,7 +38,7 @@ one() { # binary → "req/s cpu-µs/req"
   stub_pid=$!
   # shellcheck disable=SC2086
   "$bin" serve --listen "127.0.0.1:$gp" --admin-listen "127.0.0.1:$ap" \
-    --upstream "http://127.0.0.1:$sp" --tokenizer "$shared/tokenizers/qwen2.5" \
+    --upstream "http://127.0.0.1:$sp" --tokenizer "$shared/tokenizers/${AB_MODEL:-qwen2.5}" \
     --max-req-input-len 681280 ${AB_GUARD_ARGS:-} >/dev/null 2>&1 &
   guard_pid=$!
   for _ in $(seq 150); do curl -sf -o /dev/null "127.0.0.1:$ap/readyz" && break; sleep 0.2; done
