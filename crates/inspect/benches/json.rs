@@ -39,6 +39,65 @@ fn prose(len: usize) -> String {
     out
 }
 
+/// Chinese prose, about `len` bytes of UTF-8 (three a character), with a
+/// full stop and a paragraph break now and then.
+fn cjk(len: usize) -> String {
+    const WORDS: &[&str] = &[
+        "模型",
+        "计算",
+        "每个",
+        "提示",
+        "的",
+        "令牌",
+        "服务器",
+        "之前",
+        "请求",
+        "我们",
+    ];
+    let mut out = String::with_capacity(len + 16);
+    let mut state = 0x2545_f491_u32;
+    while out.len() < len {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        out.push_str(WORDS[state as usize % WORDS.len()]);
+        if state.is_multiple_of(31) {
+            out.push_str("。\n");
+        }
+    }
+    out
+}
+
+/// `value` as Python's `json.dumps` writes it by default (the `requests`
+/// library, httpx before 0.28): `, ` and `: `, and every non-ASCII
+/// character a `\uXXXX` escape, so the reader decodes each one and the
+/// canonical bytes are written apart.
+fn python_dumps(value: &serde_json::Value) -> String {
+    let compact = serde_json::to_string(value).unwrap();
+    let mut out = String::with_capacity(compact.len() * 2);
+    let (mut in_string, mut escaped) = (false, false);
+    for c in compact.chars() {
+        if !c.is_ascii() {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+            continue;
+        }
+        out.push(c);
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ',' | ':' if !in_string => out.push(' '),
+            _ => {}
+        }
+    }
+    let same: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(&same, value, "the escaped body is the same value");
+    out
+}
+
 fn bodies() -> Vec<(&'static str, Bytes)> {
     let text = prose(139_000);
     let chat = serde_json::json!({
@@ -60,6 +119,14 @@ fn bodies() -> Vec<(&'static str, Bytes)> {
         serde::Serialize::serialize(&value, &mut ser).unwrap();
         out
     };
+    let ascii = python_dumps(&chat);
+    // A Chinese prompt of the same size sent so: every character an escape.
+    let cjk_chat = serde_json::json!({
+        "model": "qwen2.5",
+        "messages": [{"role": "user", "content": cjk(139_000)}],
+        "max_tokens": 16,
+    });
+    let cjk_ascii = python_dumps(&cjk_chat);
     let ids: Vec<String> = (0..600_000u32)
         .map(|i| (i.wrapping_mul(7919) % 151_000).to_string())
         .collect();
@@ -81,6 +148,8 @@ fn bodies() -> Vec<(&'static str, Bytes)> {
             "chat 32k, compact",
             Bytes::from(serde_json::to_vec(&chat).unwrap()),
         ),
+        ("chat 32k, escaped to ASCII", Bytes::from(ascii)),
+        ("chat 32k Chinese, escaped to ASCII", Bytes::from(cjk_ascii)),
         (
             "chat, 20k short parts",
             Bytes::from(serde_json::to_vec(&short).unwrap()),

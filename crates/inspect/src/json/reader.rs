@@ -14,7 +14,7 @@
 //! as serde_json writes it), and are only copied from the first difference
 //! on: a compact body is forwarded without a copy.
 
-use memchr::{memchr2, memchr_iter};
+use memchr::{memchr, memchr2};
 use serde::de::DeserializeSeed;
 use serde_json::{Map, Value};
 
@@ -22,11 +22,6 @@ use prefill_guard_count::py::{Duplicates, PlainValue};
 
 /// serde_json's nesting limit: its reader refuses the 128th open bracket.
 const DEPTH: usize = 128;
-
-/// Backslashes of one string kept for decoding it (8 KiB): a long message
-/// has one every few hundred bytes (`\n`); a string with more is searched
-/// again rather than costing the reader memory in proportion to the body.
-const KEPT_ESCAPES: usize = 1024;
 
 /// The body is not read as serde_json reads it; the reference says why.
 pub(super) struct Fail;
@@ -50,7 +45,6 @@ pub(super) fn read(body: &[u8], emit: bool) -> Read<(Value, Option<Spelled>)> {
         pos: 0,
         depth: DEPTH,
         number: Vec::new(),
-        escapes: Vec::new(),
         out: Canonical {
             src: body,
             on: emit,
@@ -77,9 +71,6 @@ struct Reader<'a> {
     out: Canonical<'a>,
     /// Reused to spell numbers.
     number: Vec<u8>,
-    /// Reused: where the string being read has its backslashes, the first
-    /// `KEPT_ESCAPES` of them.
-    escapes: Vec<usize>,
 }
 
 impl Reader<'_> {
@@ -241,24 +232,13 @@ impl Reader<'_> {
     fn string(&mut self) -> Read<String> {
         let open = self.pos;
         let start = open + 1;
-        // The closing quote: the first `"` no backslash escapes. An escape's
-        // own bytes are checked when it is decoded; `\u`'s hex digits are
-        // never a quote or a backslash, so skipping one byte finds the end.
-        // The backslashes found on the way are kept for decoding, which then
-        // does not search for them again (a long message has one every few
-        // hundred bytes, `\n`).
-        let mut at = start;
-        self.escapes.clear();
-        let close = loop {
-            let rest = self.src.get(at..).ok_or(Fail)?;
-            let found = at + memchr2(b'"', b'\\', rest).ok_or(Fail)?;
-            if self.src[found] == b'"' {
-                break found;
-            }
-            if self.escapes.len() < KEPT_ESCAPES {
-                self.escapes.push(found - start);
-            }
-            at = found + 2;
+        // Most strings have no escape: one search finds their end.
+        let found = start + memchr2(b'"', b'\\', self.src.get(start..).ok_or(Fail)?).ok_or(Fail)?;
+        let (close, first) = if self.src[found] == b'"' {
+            (found, None)
+        } else {
+            let close = closing_quote(self.src, start, found).ok_or(Fail)?;
+            (close, Some(found - start))
         };
         let raw = &self.src[start..close];
         if has_control(raw) {
@@ -266,16 +246,11 @@ impl Reader<'_> {
         }
         let text = self.text.get(start..close).ok_or(Fail)?;
         self.pos = close + 1;
-        if self.escapes.is_empty() {
+        let Some(first) = first else {
             self.out.keep(open, self.pos);
             return Ok(text.to_owned());
-        }
-        let (decoded, canonical) = if self.escapes.len() < KEPT_ESCAPES {
-            unescape(text, self.escapes.iter().copied())?
-        } else {
-            // Too many to keep: searched for again.
-            unescape(text, memchr_iter(b'\\', text.as_bytes()))?
         };
+        let (decoded, canonical) = unescape(text, first)?;
         if canonical {
             self.out.keep(open, self.pos);
         } else if self.out.on {
@@ -284,6 +259,30 @@ impl Reader<'_> {
             self.out.write(&written);
         }
         Ok(decoded)
+    }
+}
+
+/// Where the string whose bytes start at `start` closes, searched from its
+/// first backslash `from` on: the first `"` not escaped, that is not after
+/// an odd run of backslashes. Searched from quote to quote, not from
+/// backslash to backslash: a Chinese text that Python's `json.dumps`
+/// escaped to ASCII has a backslash every six bytes, and a search per
+/// escape cost more than the rest of the reading. An escape's own bytes are
+/// checked when it is decoded; `\u`'s hex digits are never a quote or a
+/// backslash. The backslashes counted back from each quote stop at the
+/// quote before, so each byte is looked at a bounded number of times.
+fn closing_quote(src: &[u8], start: usize, mut from: usize) -> Option<usize> {
+    loop {
+        let quote = from + memchr(b'"', src.get(from..)?)?;
+        let backslashes = src[start..quote]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if backslashes % 2 == 0 {
+            return Some(quote);
+        }
+        from = quote + 1;
     }
 }
 
@@ -332,24 +331,28 @@ fn has_control(raw: &[u8]) -> bool {
     least.iter().fold(tail, |m, &b| m.min(b)) < 0x20
 }
 
-/// Decodes a string's escapes (`raw` is between its quotes and holds at
-/// least one backslash). Also says whether every escape is spelled as
+/// Decodes a string's escapes (`raw` is between its quotes; `first` is its
+/// first backslash). Also says whether every escape is spelled as
 /// serde_json writes it, so that the raw bytes are the canonical ones.
-///
-/// `backslashes` are where `raw` has backslashes, in order: at least every
-/// one that starts an escape. Any other, inside an escape already decoded
-/// (the second of `\\`, a surrogate pair's second half), is skipped.
-fn unescape(raw: &str, backslashes: impl Iterator<Item = usize>) -> Read<(String, bool)> {
+fn unescape(raw: &str, first: usize) -> Read<(String, bool)> {
     let bytes = raw.as_bytes();
     let mut out = String::with_capacity(raw.len());
     let mut canonical = true;
     let mut run = 0;
-    for at in backslashes {
-        if at < run {
-            continue;
+    let mut at = first;
+    loop {
+        if at > run {
+            out.push_str(raw.get(run..at).ok_or(Fail)?);
         }
-        out.push_str(raw.get(run..at).ok_or(Fail)?);
         let (c, len, as_written) = match bytes.get(at + 1).ok_or(Fail)? {
+            b'u' => {
+                let (c, len) = unicode(bytes, at)?;
+                (
+                    c,
+                    len,
+                    len == 6 && short_u_escape(c, &bytes[at + 2..at + 6]),
+                )
+            }
             b'"' => ('"', 2, true),
             b'\\' => ('\\', 2, true),
             // serde_json writes `/` as is.
@@ -359,22 +362,37 @@ fn unescape(raw: &str, backslashes: impl Iterator<Item = usize>) -> Read<(String
             b'n' => ('\n', 2, true),
             b'r' => ('\r', 2, true),
             b't' => ('\t', 2, true),
-            b'u' => {
-                let (c, len) = unicode(bytes, at)?;
-                (
-                    c,
-                    len,
-                    len == 6 && short_u_escape(c, &bytes[at + 2..at + 6]),
-                )
-            }
             _ => return Err(Fail),
         };
         out.push(c);
         canonical &= as_written;
         run = at + len;
+        // The next escape is most often right here (a text escaped to ASCII).
+        let next = match bytes.get(run) {
+            Some(b'\\') => Some(run),
+            _ => next_backslash(bytes, run),
+        };
+        match next {
+            Some(next) => at = next,
+            None => break,
+        }
     }
     out.push_str(raw.get(run..).ok_or(Fail)?);
     Ok((out, canonical))
+}
+
+/// The first backslash of `bytes` from `from` on. Escapes come in runs (a
+/// text escaped to ASCII is one escape after another), so the next few
+/// bytes are looked at before a SIMD search pays its setup.
+fn next_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    const NEAR: usize = 16;
+    let rest = bytes.get(from..)?;
+    let near = &rest[..rest.len().min(NEAR)];
+    if let Some(i) = near.iter().position(|&b| b == b'\\') {
+        return Some(from + i);
+    }
+    let far = rest.get(NEAR..)?;
+    memchr(b'\\', far).map(|i| from + NEAR + i)
 }
 
 /// The `\u` escape at `at` (and a low surrogate's after a high one): the
@@ -400,12 +418,33 @@ fn unicode(bytes: &[u8], at: usize) -> Read<(char, usize)> {
 }
 
 fn hex4(digits: Option<&[u8]>) -> Read<u32> {
-    let digits = digits.ok_or(Fail)?;
-    digits.iter().try_fold(0u32, |n, &d| {
-        let v = char::from(d).to_digit(16).ok_or(Fail)?;
-        Ok(n * 16 + v)
-    })
+    let &[a, b, c, d] = digits.ok_or(Fail)? else {
+        return Err(Fail);
+    };
+    let [a, b, c, d] = [a, b, c, d].map(|x| HEX_VALUE[usize::from(x)]);
+    // An invalid digit's value has its high bit set, which no valid one has.
+    if (a | b | c | d) & 0x80 != 0 {
+        return Err(Fail);
+    }
+    Ok(u32::from(a) << 12 | u32::from(b) << 8 | u32::from(c) << 4 | u32::from(d))
 }
+
+/// Each byte's value as a hex digit, 0xff if it is none (a lookup, as a
+/// text escaped to ASCII has four digits in every six bytes).
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut i = 0;
+    while i < 256 {
+        table[i] = match i as u8 {
+            d @ b'0'..=b'9' => d - b'0',
+            d @ b'a'..=b'f' => d - b'a' + 10,
+            d @ b'A'..=b'F' => d - b'A' + 10,
+            _ => 0xff,
+        };
+        i += 1;
+    }
+    table
+};
 
 /// Whether serde_json writes `c` as exactly the `\u` escape whose hex
 /// digits are `hex`: it does so for the control characters without a short
@@ -468,13 +507,29 @@ impl Canonical<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{has_control, read, Spelled, KEPT_ESCAPES};
+    use super::{has_control, read, Spelled};
 
-    /// A string with fewer escapes than are kept, exactly as many, and more
-    /// (searched again) reads as serde_json reads it, every kind of escape
-    /// mixed in; its canonical bytes are serde_json's.
+    /// What `read` answers for `raw`, held to serde_json: the same tree and
+    /// serde_json's bytes as the canonical ones.
+    fn reads_as_serde_json(raw: &str, case: &str) {
+        let expected: serde_json::Value = serde_json::from_str(raw).unwrap();
+        let Ok((value, Some(spelled))) = read(raw.as_bytes(), true) else {
+            panic!("{case}: refused");
+        };
+        assert_eq!(value, expected, "{case}");
+        let bytes = match spelled {
+            Spelled::Prefix(len) => raw.as_bytes()[..len].to_vec(),
+            Spelled::Written(bytes) => bytes,
+        };
+        assert_eq!(bytes, serde_json::to_vec(&expected).unwrap(), "{case}");
+    }
+
+    /// Strings of a few escapes and of many (a text escaped to ASCII is one
+    /// escape after another), every kind mixed in, escaped quotes after runs
+    /// of backslashes among them, near and far apart, read as serde_json
+    /// reads them.
     #[test]
-    fn escapes_kept_or_searched_again_decode_alike() {
+    fn escapes_decode_as_serde_json_decodes_them() {
         let kinds = [
             r"\n",
             r"\\",
@@ -483,36 +538,39 @@ mod tests {
             r"\u00e9",
             r"\ud83d\ude00",
             r"\t",
+            r#"\\\""#,
+            r"\\\\",
+            r"\u4e2d",
         ];
-        for n in [
-            1,
-            KEPT_ESCAPES - 1,
-            KEPT_ESCAPES,
-            KEPT_ESCAPES + 1,
-            3 * KEPT_ESCAPES,
-        ] {
-            let mut raw = String::from(r#"{"content":""#);
-            // `n` backslashes the quote's search stops at (a pair is two).
-            let mut stops = 0;
-            let mut i = 0;
-            while stops < n {
-                let kind = kinds[i % kinds.len()];
-                raw.push_str(kind);
-                raw.push_str("ab");
-                stops += kind.matches('\\').count() - kind.matches(r"\\").count();
-                i += 1;
+        for n in [1, 2, 15, 1_024, 3_072, 20_000] {
+            for gap in ["", "ab", "a quote-free run of more than sixteen bytes"] {
+                let mut raw = String::from(r#"{"content":""#);
+                for i in 0..n {
+                    raw.push_str(kinds[i % kinds.len()]);
+                    raw.push_str(gap);
+                }
+                raw.push_str(r#"","next":"x"}"#);
+                reads_as_serde_json(&raw, &format!("{n} escapes, gap {}", gap.len()));
             }
-            raw.push_str(r#""}"#);
-            let expected: serde_json::Value = serde_json::from_str(&raw).unwrap();
-            let Ok((value, Some(spelled))) = read(raw.as_bytes(), true) else {
-                panic!("{n} escapes: refused");
-            };
-            assert_eq!(value, expected, "{n} escapes");
-            let bytes = match spelled {
-                Spelled::Prefix(len) => raw.as_bytes()[..len].to_vec(),
-                Spelled::Written(bytes) => bytes,
-            };
-            assert_eq!(bytes, serde_json::to_vec(&expected).unwrap(), "{n} escapes");
+        }
+    }
+
+    /// The closing quote after an even run of backslashes, an escaped one
+    /// after an odd run, at the very start and end of a string.
+    #[test]
+    fn a_quote_closes_after_an_even_run_of_backslashes() {
+        for raw in [
+            r#"["\\"]"#,
+            r#"["\\\\","a"]"#,
+            r#"["\"\\"]"#,
+            r#"["\\\"",""]"#,
+            r#"{"\"":"\\","":"\\\""}"#,
+            r#"["a\\\\\"b\\"]"#,
+        ] {
+            reads_as_serde_json(raw, raw);
+        }
+        for unclosed in [r#"["\"]"#, r#"["\\\"]"#, r#"["a\"#] {
+            assert!(read(unclosed.as_bytes(), true).is_err(), "{unclosed}");
         }
     }
 
