@@ -344,29 +344,27 @@ fn unescape(raw: &str, first: usize) -> Read<(String, bool)> {
         if at > run {
             out.push_str(raw.get(run..at).ok_or(Fail)?);
         }
-        let (c, len, as_written) = match bytes.get(at + 1).ok_or(Fail)? {
-            b'u' => {
-                let (c, len) = unicode(bytes, at)?;
-                (
-                    c,
-                    len,
-                    len == 6 && short_u_escape(c, &bytes[at + 2..at + 6]),
-                )
-            }
-            b'"' => ('"', 2, true),
-            b'\\' => ('\\', 2, true),
-            // serde_json writes `/` as is.
-            b'/' => ('/', 2, false),
-            b'b' => ('\u{8}', 2, true),
-            b'f' => ('\u{c}', 2, true),
-            b'n' => ('\n', 2, true),
-            b'r' => ('\r', 2, true),
-            b't' => ('\t', 2, true),
-            _ => return Err(Fail),
-        };
-        out.push(c);
-        canonical &= as_written;
-        run = at + len;
+        if bytes.get(at + 1) == Some(&b'u') {
+            let (end, as_written) = u_run(bytes, at, &mut out)?;
+            canonical &= as_written;
+            run = end;
+        } else {
+            let (c, as_written) = match bytes.get(at + 1).ok_or(Fail)? {
+                b'"' => ('"', true),
+                b'\\' => ('\\', true),
+                // serde_json writes `/` as is.
+                b'/' => ('/', false),
+                b'b' => ('\u{8}', true),
+                b'f' => ('\u{c}', true),
+                b'n' => ('\n', true),
+                b'r' => ('\r', true),
+                b't' => ('\t', true),
+                _ => return Err(Fail),
+            };
+            out.push(c);
+            canonical &= as_written;
+            run = at + 2;
+        }
         // The next escape is most often right here (a text escaped to ASCII).
         let next = match bytes.get(run) {
             Some(b'\\') => Some(run),
@@ -381,18 +379,58 @@ fn unescape(raw: &str, first: usize) -> Read<(String, bool)> {
     Ok((out, canonical))
 }
 
-/// The first backslash of `bytes` from `from` on. Escapes come in runs (a
-/// text escaped to ASCII is one escape after another), so the next few
-/// bytes are looked at before a SIMD search pays its setup.
+/// The `\u` escapes one after another from `at` (at least the one there),
+/// decoded into `out`: where they end, and whether each is spelled as
+/// serde_json writes it. A text escaped to ASCII is such a run; a
+/// character of the Basic Multilingual Plane outside the surrogates and
+/// control characters is taken on the spot, the others by [`unicode`].
+fn u_run(bytes: &[u8], mut at: usize, out: &mut String) -> Read<(usize, bool)> {
+    let first = at;
+    let mut canonical = true;
+    while let Some(&[b'\\', b'u', a, b, c, d]) = bytes.get(at..at + 6) {
+        let plain = hex4(Some(&[a, b, c, d]))
+            .ok()
+            .filter(|v| matches!(v, 0x20..=0xd7ff | 0xe000..=0xffff))
+            .and_then(char::from_u32);
+        match plain {
+            // serde_json writes such a character as it is, not escaped.
+            Some(ch) => {
+                out.push(ch);
+                canonical = false;
+                at += 6;
+            }
+            None => {
+                let (ch, len) = unicode(bytes, at)?;
+                out.push(ch);
+                canonical &= len == 6 && short_u_escape(ch, &bytes[at + 2..at + 6]);
+                at += len;
+            }
+        }
+    }
+    if at == first {
+        return Err(Fail);
+    }
+    Ok((at, canonical))
+}
+
+/// The first backslash of `bytes` from `from` on. Escapes come close
+/// together in a text escaped to ASCII (one every few words), so the next
+/// 16 bytes are compared at once, as a mask the compiler takes in one
+/// vector, before a SIMD search pays its setup.
 fn next_backslash(bytes: &[u8], from: usize) -> Option<usize> {
     const NEAR: usize = 16;
     let rest = bytes.get(from..)?;
-    let near = &rest[..rest.len().min(NEAR)];
-    if let Some(i) = near.iter().position(|&b| b == b'\\') {
-        return Some(from + i);
+    let Some(near) = rest.first_chunk::<NEAR>() else {
+        return rest.iter().position(|&b| b == b'\\').map(|i| from + i);
+    };
+    let mask = near
+        .iter()
+        .enumerate()
+        .fold(0u32, |m, (i, &b)| m | u32::from(b == b'\\') << i);
+    if mask != 0 {
+        return Some(from + mask.trailing_zeros() as usize);
     }
-    let far = rest.get(NEAR..)?;
-    memchr(b'\\', far).map(|i| from + NEAR + i)
+    memchr(b'\\', &rest[NEAR..]).map(|i| from + NEAR + i)
 }
 
 /// The `\u` escape at `at` (and a low surrogate's after a high one): the
@@ -417,6 +455,7 @@ fn unicode(bytes: &[u8], at: usize) -> Read<(char, usize)> {
     Ok((char::from_u32(code).ok_or(Fail)?, len))
 }
 
+#[inline]
 fn hex4(digits: Option<&[u8]>) -> Read<u32> {
     let &[a, b, c, d] = digits.ok_or(Fail)? else {
         return Err(Fail);
@@ -552,6 +591,38 @@ mod tests {
                 raw.push_str(r#"","next":"x"}"#);
                 reads_as_serde_json(&raw, &format!("{n} escapes, gap {}", gap.len()));
             }
+        }
+    }
+
+    /// Runs of `\u` escapes as a text escaped to ASCII has them, with what
+    /// breaks a run's quick path in it: control characters (kept escaped by
+    /// serde_json, so canonical as spelled), upper-case digits, surrogate
+    /// pairs; and what serde_json refuses, refused too.
+    #[test]
+    fn u_runs_read_as_serde_json_reads_them() {
+        for raw in [
+            r#"["\u4e2d\u6587"]"#,
+            r#"["\u0001\u001f\u4e2d\u0000"]"#,
+            r#"["\u00E9\u00e9\u00C9x"]"#,
+            r#"["\u4e2d\ud83d\ude00\u6587"]"#,
+            r#"["\u0020\u007f\ud7ff\ue000\uffff"]"#,
+            r#"["\u4e2d\n\u6587\\\u0041"]"#,
+        ] {
+            reads_as_serde_json(raw, raw);
+        }
+        for refused in [
+            r#"["\u4e2d\u12"]"#,
+            r#"["\u4e2d\u12G4"]"#,
+            r#"["\u4e2d\ud800\u4e2d"]"#,
+            r#"["\u4e2d\udc00"]"#,
+            r#"["\u4e2d\ud83d"]"#,
+            r#"["\u4e2d\u"]"#,
+        ] {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(refused).is_err(),
+                "{refused}"
+            );
+            assert!(read(refused.as_bytes(), true).is_err(), "{refused}");
         }
     }
 
