@@ -23,20 +23,7 @@ fn prose(len: usize) -> String {
         "the", "model", "counts", "every", "token", "of", "a", "prompt", "before", "it", "reaches",
         "prefill", "café", "naïve", "Zürich", "€42", "and", "so", "on", "with",
     ];
-    let mut out = String::with_capacity(len + 16);
-    let mut state = 0x2545_f491_u32;
-    while out.len() < len {
-        state ^= state << 13;
-        state ^= state >> 17;
-        state ^= state << 5;
-        out.push_str(WORDS[state as usize % WORDS.len()]);
-        out.push_str(if state.is_multiple_of(97) {
-            ".\n\n"
-        } else {
-            " "
-        });
-    }
-    out
+    words(WORDS, len, " ", (97, ".\n\n"))
 }
 
 /// Chinese prose, about `len` bytes of UTF-8 (three a character), with a
@@ -54,16 +41,24 @@ fn cjk(len: usize) -> String {
         "请求",
         "我们",
     ];
+    words(WORDS, len, "", (31, "。\n"))
+}
+
+/// Words of `from` drawn by a fixed xorshift until `len` bytes, each followed by
+/// `between`, or by `stop.1` one time in about `stop.0`.
+fn words(from: &[&str], len: usize, between: &str, stop: (u32, &str)) -> String {
     let mut out = String::with_capacity(len + 16);
     let mut state = 0x2545_f491_u32;
     while out.len() < len {
         state ^= state << 13;
         state ^= state >> 17;
         state ^= state << 5;
-        out.push_str(WORDS[state as usize % WORDS.len()]);
-        if state.is_multiple_of(31) {
-            out.push_str("。\n");
-        }
+        out.push_str(from[state as usize % from.len()]);
+        out.push_str(if state.is_multiple_of(stop.0) {
+            stop.1
+        } else {
+            between
+        });
     }
     out
 }
