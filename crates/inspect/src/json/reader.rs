@@ -379,36 +379,17 @@ fn unescape(raw: &str, first: usize) -> Read<(String, bool)> {
     Ok((out, canonical))
 }
 
-/// The `\u` escapes one after another from `at` (at least the one there),
-/// decoded into `out`: where they end, and whether each is spelled as
-/// serde_json writes it. A text escaped to ASCII is such a run; a
-/// character of the Basic Multilingual Plane outside the surrogates and
-/// control characters is taken on the spot, the others by [`unicode`].
+/// The `\u` escapes one after another from `at` (the caller found one
+/// there), decoded into `out`: where they end, and whether each is spelled
+/// as serde_json writes it. A text escaped to ASCII is such a run, decoded
+/// here without going back to the escape loop between characters.
 fn u_run(bytes: &[u8], mut at: usize, out: &mut String) -> Read<(usize, bool)> {
-    let first = at;
     let mut canonical = true;
-    while let Some(&[b'\\', b'u', a, b, c, d]) = bytes.get(at..at + 6) {
-        let plain = hex4(Some(&[a, b, c, d]))
-            .ok()
-            .filter(|v| matches!(v, 0x20..=0xd7ff | 0xe000..=0xffff))
-            .and_then(char::from_u32);
-        match plain {
-            // serde_json writes such a character as it is, not escaped.
-            Some(ch) => {
-                out.push(ch);
-                canonical = false;
-                at += 6;
-            }
-            None => {
-                let (ch, len) = unicode(bytes, at)?;
-                out.push(ch);
-                canonical &= len == 6 && short_u_escape(ch, &bytes[at + 2..at + 6]);
-                at += len;
-            }
-        }
-    }
-    if at == first {
-        return Err(Fail);
+    while bytes.get(at..at + 2) == Some(b"\\u") {
+        let (c, len) = unicode(bytes, at)?;
+        out.push(c);
+        canonical &= len == 6 && short_u_escape(c, &bytes[at + 2..at + 6]);
+        at += len;
     }
     Ok((at, canonical))
 }
@@ -436,6 +417,7 @@ fn next_backslash(bytes: &[u8], from: usize) -> Option<usize> {
 /// The `\u` escape at `at` (and a low surrogate's after a high one): the
 /// character and the bytes spelled. A lone surrogate is refused, as
 /// serde_json (and orjson) refuse it.
+#[inline]
 fn unicode(bytes: &[u8], at: usize) -> Read<(char, usize)> {
     let first = hex4(bytes.get(at + 2..at + 6))?;
     let (code, len) = match first {
