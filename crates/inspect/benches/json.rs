@@ -5,6 +5,14 @@
 //! (`read_strict`: tree and canonical bytes) and serde_json, the reference,
 //! followed by `canonical` (what the request path did before the one pass).
 //!
+//!
+//! The `floor` group times, over the 32k chat, the passes any reader that
+//! checks every byte and counts its bound must make, each alone: UTF-8
+//! validation, the search for the string's end, the control check, one
+//! copy of the text into a template string and the bound's tally. Their
+//! sum is what a 32k chat costs at the least, against `one pass` and the
+//! guard's measured inspection (BENCHMARKS.md, issue 31).
+//!
 //! `cargo bench -p prefill-guard-inspect --bench json` measures; `cargo test
 //! --all-targets` runs each benchmark once.
 #![allow(
@@ -14,7 +22,10 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use prefill_guard_inspect::json::{canonical, parse_reference, read_strict};
+use std::sync::Arc;
+
+use prefill_guard_count::BoundRule;
+use prefill_guard_inspect::json::{canonical, has_control, parse_reference, read_strict};
 
 /// Deterministic English-like prose with some non-ASCII and paragraph
 /// breaks (escaped as `\n` in JSON), about `len` bytes.
@@ -182,5 +193,43 @@ fn reader(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, reader);
+/// The passes over the 32k chat's message that no design avoids, each
+/// timed alone (their data warm, as a pass right after another finds it).
+fn floor(c: &mut Criterion) {
+    let text = prose(139_000);
+    let body = serde_json::to_vec(&serde_json::json!({
+        "model": "qwen2.5",
+        "messages": [{"role": "user", "content": text}],
+    }))
+    .unwrap();
+    // Where the message's bytes start: the quote search runs from there.
+    let from = body.len() - text.len() - 4;
+    // qwen2.5's rule: NFC, so the tally counts non-ASCII bytes as well.
+    let rule = BoundRule::Bytes {
+        nfc: true,
+        space_growth: 0,
+        once: 0,
+    };
+    let mut group = c.benchmark_group("floor");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(body.len() as u64));
+    group.bench_function("32k chat/UTF-8 validation", |b| {
+        b.iter(|| simdutf8::basic::from_utf8(std::hint::black_box(&body)).is_ok())
+    });
+    group.bench_function("32k chat/the string's end (memchr)", |b| {
+        b.iter(|| memchr::memchr(b'"', std::hint::black_box(&body[from..])))
+    });
+    group.bench_function("32k chat/control check", |b| {
+        b.iter(|| has_control(std::hint::black_box(text.as_bytes())))
+    });
+    group.bench_function("32k chat/one copy into a template string", |b| {
+        b.iter(|| Arc::<str>::from(std::hint::black_box(text.as_str())))
+    });
+    group.bench_function("32k chat/bound tally", |b| {
+        b.iter(|| rule.bound(std::hint::black_box(&text)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, reader, floor);
 criterion_main!(benches);

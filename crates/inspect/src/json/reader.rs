@@ -318,7 +318,7 @@ fn plain_integer(span: &str) -> Option<serde_json::Number> {
 /// stack and stored and reloaded them every 64 bytes (criterion `json`, 32k
 /// chat: 20.5 µs inlined, 16.2 µs called).
 #[inline(never)]
-fn has_control(raw: &[u8]) -> bool {
+pub(super) fn has_control(raw: &[u8]) -> bool {
     const LANES: usize = 64;
     let mut chunks = raw.chunks_exact(LANES);
     let mut least = [u8::MAX; LANES];
