@@ -5,13 +5,13 @@
 //! (`read_strict`: tree and canonical bytes) and serde_json, the reference,
 //! followed by `canonical` (what the request path did before the one pass).
 //!
-//!
 //! The `floor` group times, over the 32k chat, the passes any reader that
 //! checks every byte and counts its bound must make, each alone: UTF-8
 //! validation, the search for the string's end, the control check, one
 //! copy of the text into a template string and the bound's tally. Their
-//! sum is what a 32k chat costs at the least, against `one pass` and the
-//! guard's measured inspection (BENCHMARKS.md, issue 31).
+//! sum is the least a 32k chat's bytes cost, before the part of the bound
+//! decision that does not grow with the prompt; BENCHMARKS.md (run R, issue
+//! 31) holds it against `one pass` and the guard's measured inspection.
 //!
 //! `cargo bench -p prefill-guard-inspect --bench json` measures; `cargo test
 //! --all-targets` runs each benchmark once.
@@ -20,10 +20,10 @@
     reason = "a benchmark over bodies it builds itself: one that does not parse is a failed run"
 )]
 
-use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::sync::Arc;
 
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use prefill_guard_count::BoundRule;
 use prefill_guard_inspect::json::{canonical, has_control, parse_reference, read_strict};
 
