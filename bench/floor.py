@@ -4,7 +4,10 @@
 
 The bound decision's floor is one copy and the tally of its message, scaled
 from the floor's 139 kB to the row's 105 kB, plus the part of the decision
-that does not grow with the prompt (the row at 3.3 kB).
+that does not grow with the prompt (the row at 3.3 kB). Each row's floor
+is its stage's as the stages stand, each making its own copy of the
+message; a design whose template shared the reader's strings would make
+one copy in all, which the "both" line does not take off.
 
 Usage:
   cargo bench -p prefill-guard-inspect --bench json -- 'floor|one pass/chat 32k, compact'
