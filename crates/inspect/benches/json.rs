@@ -104,16 +104,20 @@ fn python_dumps(value: &serde_json::Value) -> String {
     out
 }
 
-fn bodies() -> Vec<(&'static str, Bytes)> {
-    let text = prose(139_000);
-    let chat = serde_json::json!({
+/// The 32k chat: a system prompt and one ~139 kB user message of prose.
+fn long_chat(text: &str) -> serde_json::Value {
+    serde_json::json!({
         "model": "qwen2.5",
         "messages": [
             {"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": text},
         ],
         "max_tokens": 16,
-    });
+    })
+}
+
+fn bodies() -> Vec<(&'static str, Bytes)> {
+    let chat = long_chat(&prose(139_000));
     // Not compact: a newline after every item and `: ` after every key, so
     // the canonical bytes are written apart.
     let spaced = {
@@ -196,15 +200,18 @@ fn reader(c: &mut Criterion) {
 /// The passes over the 32k chat's message that no design avoids, each
 /// timed alone (their data warm, as a pass right after another finds it).
 fn floor(c: &mut Criterion) {
+    // The body of `one pass/chat 32k, compact`, so that its row and these
+    // read the same bytes.
     let text = prose(139_000);
-    let body = serde_json::to_vec(&serde_json::json!({
-        "model": "qwen2.5",
-        "messages": [{"role": "user", "content": text}],
-    }))
-    .unwrap();
-    // Where the message's bytes start: the quote search runs from there.
+    let body = serde_json::to_vec(&long_chat(&text)).unwrap();
+    // Where the long message's bytes start (the last `content`, after the
+    // system prompt's): the quote search runs from there to its end.
     let key = br#""content":""#;
-    let from = body.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    let from = body.windows(key.len()).rposition(|w| w == key).unwrap() + key.len();
+    assert!(
+        body.len() - from > text.len(),
+        "the search spans the message"
+    );
     // qwen2.5's rule: NFC, so the tally counts non-ASCII bytes as well.
     let rule = BoundRule::Bytes {
         nfc: true,
