@@ -32,6 +32,7 @@ TALLY = "floor/32k chat/bound tally"
 READER = "json/one pass/chat 32k, compact"
 DECISION_SMALL = "render/qwen2.5/decide_by_bound/3300"
 DECISION = "render/qwen2.5/decide_by_bound/105000"
+PASSES = [VALIDATION, END, CONTROL, COPY, TALLY]
 
 
 def medians(root: Path) -> dict[str, float]:
@@ -47,15 +48,15 @@ def medians(root: Path) -> dict[str, float]:
 def main() -> None:
     root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "target" / "criterion")
     m = medians(root)
-    needed = [VALIDATION, END, CONTROL, COPY, TALLY, READER, DECISION_SMALL, DECISION]
+    needed = PASSES + [READER, DECISION_SMALL, DECISION]
     missing = [n for n in needed if n not in m]
     if missing:
         sys.exit("no criterion result for: " + "; ".join(missing) + " (see the usage in bench/floor.py)")
     print("| floor pass, 32k chat | µs |")
     print("|---|---:|")
-    for name in [VALIDATION, END, CONTROL, COPY, TALLY]:
+    for name in PASSES:
         print(f"| {name.removeprefix('floor/32k chat/')} | {m[name]:.2f} |")
-    print(f"| **sum** | **{sum(m[n] for n in [VALIDATION, END, CONTROL, COPY, TALLY]):.2f}** |")
+    print(f"| **sum** | **{sum(m[n] for n in PASSES):.2f}** |")
     print()
     scale = RENDER_MESSAGE / FLOOR_MESSAGE
     reader_floor = m[VALIDATION] + m[END] + m[CONTROL] + m[COPY]
